@@ -1,0 +1,161 @@
+/**
+ * A small MCP server built with the official SDK, used by `npm start`, the tests and the benchmark.
+ * It speaks Streamable HTTP on /mcp (stateful with sessions, or stateless with JSON or SSE answers)
+ * and the legacy HTTP+SSE transport on GET /sse + POST /messages?sessionId=….
+ *
+ * Tools: echo, add, whoami (shows the X-Wardline-* headers the gateway set), count_slowly (sends a
+ * progress notification per step before its result), expensive_tool. One resource and one prompt.
+ *
+ * Run on its own: node dist/examples/mcp-server.js [--port 3001] [--mode stateful|stateless-json|stateless-sse]
+ */
+import { randomUUID } from 'node:crypto'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { z } from 'zod'
+
+export type ExampleMode = 'stateful' | 'stateless-json' | 'stateless-sse'
+
+export interface ExampleServer {
+  readonly url: string
+  readonly server: Server
+  /** Every request the server received, for tests that check what reached the upstream. */
+  readonly seen: Array<{ method: string; url: string; headers: IncomingMessage['headers'] }>
+  close(): Promise<void>
+}
+
+export function buildMcpServer(): McpServer {
+  const mcp = new McpServer({ name: 'wardline-example', version: '1.0.0' })
+  mcp.registerTool('echo', { description: 'Returns its text', inputSchema: { text: z.string() } }, async ({ text }) => ({
+    content: [{ type: 'text', text }],
+  }))
+  mcp.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({
+    content: [{ type: 'text', text: String(a + b) }],
+  }))
+  mcp.registerTool('whoami', { description: 'Shows the identity headers the gateway forwarded' }, async (extra) => {
+    const headers = extra.requestInfo?.headers ?? {}
+    const text = JSON.stringify({
+      identity: headers['x-wardline-identity'] ?? null,
+      tenant: headers['x-wardline-tenant'] ?? null,
+      authorization: headers.authorization ?? null,
+    })
+    return { content: [{ type: 'text', text }] }
+  })
+  mcp.registerTool(
+    'count_slowly',
+    { description: 'Counts to n, sending a progress notification per step', inputSchema: { n: z.number().int().min(1).max(100), delay_ms: z.number().int().min(0).max(5000).optional() } },
+    async ({ n, delay_ms }, extra) => {
+      const token = extra._meta?.progressToken
+      for (let i = 1; i <= n; i++) {
+        if (token !== undefined) {
+          await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: n } })
+        }
+        if (delay_ms) await new Promise((resolve) => setTimeout(resolve, delay_ms))
+      }
+      return { content: [{ type: 'text', text: `counted to ${n}` }] }
+    },
+  )
+  mcp.registerTool('expensive_tool', { description: 'Stands in for a costly call (budgeted in the example config)' }, async () => ({
+    content: [{ type: 'text', text: 'expensive result' }],
+  }))
+  mcp.registerResource('readme', 'example://readme', { description: 'A static document', mimeType: 'text/plain' }, async (uri) => ({
+    contents: [{ uri: uri.href, text: 'Wardline example resource' }],
+  }))
+  mcp.registerPrompt('greeting', { description: 'Greets someone', argsSchema: { name: z.string() } }, ({ name }) => ({
+    messages: [{ role: 'user', content: { type: 'text', text: `Say hello to ${name}` } }],
+  }))
+  return mcp
+}
+
+export async function startExampleServer(options: { port?: number; host?: string; mode?: ExampleMode } = {}): Promise<ExampleServer> {
+  const mode = options.mode ?? 'stateful'
+  const sessions = new Map<string, StreamableHTTPServerTransport>()
+  const legacy = new Map<string, SSEServerTransport>()
+  const seen: ExampleServer['seen'] = []
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers })
+    const path = (req.url ?? '/').split('?')[0]
+    if (path === '/sse' && req.method === 'GET') {
+      const transport = new SSEServerTransport('/messages', res)
+      legacy.set(transport.sessionId, transport)
+      res.on('close', () => legacy.delete(transport.sessionId))
+      await buildMcpServer().connect(transport)
+      return
+    }
+    if (path === '/messages' && req.method === 'POST') {
+      const id = new URL(req.url ?? '/', 'http://x').searchParams.get('sessionId') ?? ''
+      const transport = legacy.get(id)
+      if (!transport) return void res.writeHead(404).end('unknown session')
+      await transport.handlePostMessage(req, res)
+      return
+    }
+    if (path !== '/mcp') return void res.writeHead(404, { 'content-type': 'text/plain' }).end('not found')
+
+    if (mode !== 'stateful') {
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: mode === 'stateless-json' })
+      const mcp = buildMcpServer()
+      res.on('close', () => {
+        void transport.close()
+        void mcp.close()
+      })
+      await mcp.connect(transport)
+      await transport.handleRequest(req, res)
+      return
+    }
+    const sessionId = req.headers['mcp-session-id']
+    let transport = typeof sessionId === 'string' ? sessions.get(sessionId) : undefined
+    if (!transport) {
+      if (typeof sessionId === 'string') {
+        res.writeHead(404, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } }))
+        return
+      }
+      const created = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => void sessions.set(id, created),
+        onsessionclosed: (id) => void sessions.delete(id),
+      })
+      transport = created
+      await buildMcpServer().connect(created)
+    }
+    await transport.handleRequest(req, res)
+  }
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' })
+      res.end(String(err))
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://${options.host ?? '127.0.0.1'}:${port}`,
+    server,
+    seen,
+    close: async () => {
+      for (const t of sessions.values()) await t.close().catch(() => undefined)
+      for (const t of legacy.values()) await t.close().catch(() => undefined)
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+  }
+}
+
+if (require.main === module) {
+  const args = process.argv.slice(2)
+  const arg = (name: string): string | undefined => {
+    const i = args.indexOf(name)
+    return i >= 0 ? args[i + 1] : undefined
+  }
+  startExampleServer({ port: Number(arg('--port') ?? 3001), host: arg('--host') ?? '127.0.0.1', mode: (arg('--mode') as ExampleMode) ?? 'stateful' }).then(
+    (s) => process.stderr.write(`example MCP server on ${s.url}/mcp (legacy SSE on ${s.url}/sse)\n`),
+    (err) => {
+      process.stderr.write(`example MCP server failed to start: ${String(err)}\n`)
+      process.exit(1)
+    },
+  )
+}

@@ -1,0 +1,14 @@
+import type { AuditEntry } from './entry'
+
+/**
+ * Where audit entries end up. `write` receives entries in the order they were recorded and resolves
+ * once they are durable as far as the sink can tell (written to the file descriptor, committed);
+ * it rejects if none of the batch may be assumed written, and the writer then retries the whole
+ * batch, so a sink must tolerate seeing an entry twice (the Postgres sink dedupes on request_id).
+ * `close` releases what the sink holds, after the last `write` settled.
+ */
+export interface AuditSink {
+  readonly name: string
+  write(entries: readonly AuditEntry[]): Promise<void>
+  close(): Promise<void>
+}

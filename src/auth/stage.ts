@@ -1,0 +1,56 @@
+import type { AuthConfig } from '../config/types'
+import type { Exchange, Principal } from '../pipeline/exchange'
+import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+
+/** What an authenticator concluded: the caller, or why not (for the audit reason and the 401). */
+export type AuthResult = Principal | AuthFailure
+
+export interface AuthFailure {
+  readonly failed: true
+  /** Says which check failed, never echoing the token. Safe to show the caller. */
+  readonly reason: string
+  /** RFC 6750 §3.1 error code when one applies: a token was presented and is not acceptable. */
+  readonly bearerError: 'invalid_token' | 'invalid_request' | null
+}
+
+/**
+ * Turns a request into a Principal. Implementations do their costly work (importing keys, fetching a
+ * JWKS) once, before the first request, and fail open to nothing: any doubt is an AuthFailure.
+ */
+export interface Authenticator {
+  authenticate(ex: Exchange): AuthResult | Promise<AuthResult>
+  close?(): void
+}
+
+export function isFailure(result: AuthResult): result is AuthFailure {
+  return (result as AuthFailure).failed === true
+}
+
+/** The first stage: no request reaches anything else without a verified caller. */
+export function authStage(authenticator: Authenticator, config: AuthConfig): Stage {
+  const challenge = `Bearer realm="wardline"${config.resourceMetadataUrl ? `, resource_metadata="${config.resourceMetadataUrl}"` : ''}`
+  return {
+    name: 'auth',
+    async run(ex: Exchange) {
+      const result = await authenticator.authenticate(ex)
+      if (!isFailure(result)) {
+        ex.principal = result
+        return CONTINUE
+      }
+      return unauthorized(result, challenge)
+    },
+  }
+}
+
+function unauthorized(failure: AuthFailure, challenge: string): Refusal {
+  const header = failure.bearerError
+    ? `${challenge}, error="${failure.bearerError}", error_description="${failure.reason.replace(/["\\]/g, '')}"`
+    : challenge
+  return {
+    status: 401,
+    decision: 'unauthorized',
+    reason: failure.reason,
+    message: `Unauthorized: ${failure.reason}`,
+    headers: { 'www-authenticate': header, 'cache-control': 'no-store' },
+  }
+}

@@ -1,0 +1,44 @@
+import { loadConfig } from '../config/load'
+import type { Config } from '../config/types'
+import { ConfigError, describeError } from '../errors'
+import { createLogger } from '../log'
+import { type RunningGateway, startGateway } from '../server/compose'
+
+/**
+ * `wardline serve`: starts the gateway and stops it gracefully on SIGTERM/SIGINT (exit 0), or
+ * reports why it could not start on one line (exit 1).
+ */
+export async function serve(configPath: string): Promise<RunningGateway> {
+  let config: Config
+  try {
+    config = loadConfig(configPath)
+  } catch (err) {
+    if (err instanceof ConfigError) process.stderr.write(`wardline: ${configPath}: ${err.message}\n`)
+    else process.stderr.write(`wardline: ${describeError(err)}\n`)
+    process.exit(1)
+  }
+  const log = createLogger(config.logLevel)
+  let gateway: RunningGateway
+  try {
+    gateway = await startGateway(config, { log, processMetrics: true })
+  } catch (err) {
+    process.stderr.write(`wardline: cannot start: ${describeError(err)}\n`)
+    process.exit(1)
+  }
+  let stopping = false
+  const stop = (signal: string): void => {
+    if (stopping) return
+    stopping = true
+    log.info('shutting down', { signal })
+    gateway.shutdown().then(
+      () => process.exit(0),
+      (err) => {
+        log.error('shutdown failed', { error: describeError(err) })
+        process.exit(1)
+      },
+    )
+  }
+  process.on('SIGTERM', () => stop('SIGTERM'))
+  process.on('SIGINT', () => stop('SIGINT'))
+  return gateway
+}

@@ -1,0 +1,103 @@
+import type { AuthConfig, JwtConfig, ResourceMetadata } from './types'
+import { type Node, type Reader, join } from './reader'
+
+const HMAC_ALGORITHMS = ['HS256', 'HS384', 'HS512']
+const ASYMMETRIC_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA']
+const KEY_SOURCES = ['secret', 'jwks_url', 'jwks_file', 'public_key_file'] as const
+
+/** HS secrets shorter than the hash output make brute force practical (RFC 7518 §3.2). */
+const MIN_SECRET_BYTES = 32
+
+export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => string): AuthConfig {
+  const o = r.object(value, 'auth', ['mode', 'jwt', 'resource_metadata_url', 'resource_metadata'])
+  const mode = r.oneOf(o.mode, 'auth.mode', ['jwt', 'header'] as const, 'jwt')
+  const resourceMetadataUrl = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
+  if (resourceMetadataUrl !== null) checkUrl(r, resourceMetadataUrl, 'auth.resource_metadata_url', ['http:', 'https:'])
+  const resourceMetadata = readResourceMetadata(r, o.resource_metadata)
+  if (mode === 'header') {
+    if (o.jwt !== undefined) r.note('auth.jwt', 'is only used with auth.mode: jwt')
+    return { mode, resourceMetadataUrl, resourceMetadata }
+  }
+  return { mode, resourceMetadataUrl, resourceMetadata, jwt: readJwt(r, o.jwt, resolvePath) }
+}
+
+function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string): JwtConfig {
+  const o = r.object(value, 'auth.jwt', [
+    ...KEY_SOURCES, 'issuer', 'audience', 'algorithms', 'identity_claim', 'tenant_claim', 'require_tenant',
+    'clock_tolerance_seconds', 'jwks_timeout_seconds', 'jwks_cache_seconds', 'cache_entries',
+  ])
+  const secret = r.optionalString(o.secret, 'auth.jwt.secret')
+  if (secret !== null && Buffer.byteLength(secret) < MIN_SECRET_BYTES) {
+    r.note('auth.jwt.secret', `must be at least ${MIN_SECRET_BYTES} bytes (its value is not shown)`)
+  }
+  const jwksUrl = r.optionalString(o.jwks_url, 'auth.jwt.jwks_url')
+  if (jwksUrl !== null) checkUrl(r, jwksUrl, 'auth.jwt.jwks_url', ['http:', 'https:'])
+  const jwksFile = r.optionalString(o.jwks_file, 'auth.jwt.jwks_file')
+  const publicKeyFile = r.optionalString(o.public_key_file, 'auth.jwt.public_key_file')
+  const sources = KEY_SOURCES.filter((k) => o[k] !== undefined && o[k] !== null)
+  if (sources.length !== 1) {
+    r.note('auth.jwt', `needs exactly one key source among ${KEY_SOURCES.join(', ')}${sources.length ? ` (found ${sources.join(', ')})` : ''}`)
+  }
+
+  const audience = readStringOrList(r, o.audience, 'auth.jwt.audience')
+  const algorithms = readStringOrList(r, o.algorithms, 'auth.jwt.algorithms')
+  const allowed = secret !== null ? HMAC_ALGORITHMS : ASYMMETRIC_ALGORITHMS
+  algorithms.forEach((alg, i) => {
+    if (!allowed.includes(alg)) r.note(join('auth.jwt.algorithms', i), `must be one of ${allowed.join(', ')} for this key source`)
+  })
+  if (secret === null && sources.length === 1 && algorithms.length === 0) {
+    // The alg header is attacker-controlled: with asymmetric keys the operator names the algorithms.
+    r.note('auth.jwt.algorithms', 'is required with jwks_url, jwks_file or public_key_file')
+  }
+
+  return {
+    secret,
+    jwksUrl,
+    jwksFile: jwksFile === null ? null : resolvePath(jwksFile),
+    publicKeyFile: publicKeyFile === null ? null : resolvePath(publicKeyFile),
+    issuer: r.optionalString(o.issuer, 'auth.jwt.issuer'),
+    audience,
+    algorithms: algorithms.length > 0 ? algorithms : secret !== null ? ['HS256'] : [],
+    identityClaim: r.string(o.identity_claim, 'auth.jwt.identity_claim', 'sub', { nonEmpty: true }),
+    tenantClaim: r.string(o.tenant_claim, 'auth.jwt.tenant_claim', 'tenant', { nonEmpty: true }),
+    requireTenant: r.bool(o.require_tenant, 'auth.jwt.require_tenant', false),
+    clockToleranceSeconds: r.int(o.clock_tolerance_seconds, 'auth.jwt.clock_tolerance_seconds', 30, 0, 3600),
+    jwksTimeoutSeconds: r.number(o.jwks_timeout_seconds, 'auth.jwt.jwks_timeout_seconds', 5, 0, 60, true),
+    jwksCacheSeconds: r.int(o.jwks_cache_seconds, 'auth.jwt.jwks_cache_seconds', 600, 1, 86_400),
+    cacheEntries: r.int(o.cache_entries, 'auth.jwt.cache_entries', 10_000, 0, 1_000_000),
+  }
+}
+
+function readResourceMetadata(r: Reader, value: unknown): ResourceMetadata | null {
+  if (value === undefined || value === null) return null
+  const o = r.object(value, 'auth.resource_metadata', ['resource', 'authorization_servers', 'scopes_supported'])
+  const resource = r.string(o.resource, 'auth.resource_metadata.resource', '', { nonEmpty: true })
+  if (o.resource === undefined) r.note('auth.resource_metadata.resource', 'is required')
+  else checkUrl(r, resource, 'auth.resource_metadata.resource', ['http:', 'https:'])
+  const authorizationServers = readStringOrList(r, o.authorization_servers, 'auth.resource_metadata.authorization_servers')
+  authorizationServers.forEach((url, i) => checkUrl(r, url, join('auth.resource_metadata.authorization_servers', i), ['http:', 'https:']))
+  const scopesSupported = readStringOrList(r, o.scopes_supported, 'auth.resource_metadata.scopes_supported')
+  return { resource, authorizationServers, scopesSupported }
+}
+
+function readStringOrList(r: Reader, value: unknown, path: string): string[] {
+  if (value === undefined || value === null) return []
+  if (typeof value === 'string') return value === '' ? (r.note(path, 'must not be empty'), []) : [value]
+  return r.list(value, path).flatMap((item, i) => {
+    const s = r.string(item, join(path, i), '', { nonEmpty: true })
+    return s ? [s] : []
+  })
+}
+
+export function checkUrl(r: Reader, value: string, path: string, protocols: readonly string[]): void {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    r.note(path, 'must be an absolute URL')
+    return
+  }
+  if (!protocols.includes(url.protocol)) r.note(path, `must use ${protocols.map((p) => p.slice(0, -1)).join(' or ')}`)
+}
+
+export type { Node }

@@ -1,0 +1,35 @@
+import type { Reader } from './reader'
+
+const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g
+
+/**
+ * Replaces `${VAR}` and `${VAR:-default}` in every string of the tree, so secrets come from the
+ * environment and never sit in the file. A missing variable with no default is a problem naming it
+ * (never its would-be value). `$${` escapes a literal `${`.
+ */
+export function expandEnv(value: unknown, path: string, env: NodeJS.ProcessEnv, r: Reader): unknown {
+  if (typeof value === 'string') return expandString(value, path, env, r)
+  if (Array.isArray(value)) return value.map((item, i) => expandEnv(item, `${path}[${i}]`, env, r))
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {}
+    for (const [key, child] of Object.entries(value)) out[key] = expandEnv(child, path ? `${path}.${key}` : key, env, r)
+    return out
+  }
+  return value
+}
+
+function expandString(text: string, path: string, env: NodeJS.ProcessEnv, r: Reader): string {
+  if (!text.includes('${')) return text
+  const escaped = text.split('$${')
+  return escaped
+    .map((part) =>
+      part.replace(REFERENCE, (_match, name: string, fallback: string | undefined) => {
+        const found = env[name]
+        if (found !== undefined && found !== '') return found
+        if (fallback !== undefined) return fallback
+        r.note(path, `environment variable ${name} is not set`)
+        return ''
+      }),
+    )
+    .join('${')
+}

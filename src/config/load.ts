@@ -1,0 +1,121 @@
+import { readFileSync } from 'node:fs'
+import { dirname, isAbsolute, resolve } from 'node:path'
+import yaml from 'js-yaml'
+import { ConfigError } from '../errors'
+import { readAuth, checkUrl } from './auth'
+import { readBudget } from './budget'
+import { expandEnv } from './env'
+import { readPolicy } from './policy'
+import { readPostgres } from './postgres'
+import { Reader, deepFreeze } from './reader'
+import type { AuditConfig, Config, Features, LogLevel } from './types'
+
+const TOP_LEVEL_KEYS = [
+  'listen', 'upstream', 'upstream_timeout_seconds', 'upstream_connections', 'max_body_bytes',
+  'shutdown_grace_seconds', 'log_level', 'features', 'audit', 'auth', 'budget', 'policy', 'policy_file', 'postgres',
+]
+const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
+
+export interface LoadOptions {
+  readonly env?: NodeJS.ProcessEnv
+  /** Relative paths in the file (audit.output, policy_file, key files) resolve against this. */
+  readonly baseDir?: string
+}
+
+/** Reads, expands and validates a config file. Throws one ConfigError listing every problem. */
+export function loadConfig(path: string, env: NodeJS.ProcessEnv = process.env): Config {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new ConfigError([`${path}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`])
+  }
+  return parseConfig(text, { env, baseDir: dirname(resolve(path)) })
+}
+
+export function parseConfig(text: string, options: LoadOptions = {}): Config {
+  let tree: unknown
+  try {
+    tree = yaml.load(text, { schema: yaml.CORE_SCHEMA })
+  } catch (err) {
+    throw new ConfigError([`not valid YAML: ${(err as Error).message.split('\n')[0]}`])
+  }
+  const r = new Reader()
+  const expanded = expandEnv(tree ?? {}, '', options.env ?? process.env, r)
+  const config = readConfig(r, expanded, options.baseDir ?? process.cwd())
+  if (r.problems.length > 0) throw new ConfigError(r.problems)
+  return deepFreeze(config)
+}
+
+function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
+  if (typeof tree !== 'object' || tree === null || Array.isArray(tree)) {
+    r.note('', 'the configuration must be a mapping of keys')
+    tree = {}
+  }
+  const o = r.object(tree, '', TOP_LEVEL_KEYS)
+  const resolvePath = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p))
+
+  const listen = readListen(r, o.listen)
+  const upstreamUrl = r.string(o.upstream, 'upstream', '', { nonEmpty: true })
+  if (o.upstream === undefined) r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001)')
+  else if (upstreamUrl) checkUrl(r, upstreamUrl, 'upstream', ['http:', 'https:'])
+
+  const features = readFeatures(r, o.features)
+  const audit = readAudit(r, o.audit, resolvePath)
+  const postgres = readPostgres(r, o.postgres)
+  const config: Config = {
+    listen,
+    upstream: {
+      url: upstreamUrl.replace(/\/+$/, ''),
+      timeoutSeconds: r.number(o.upstream_timeout_seconds, 'upstream_timeout_seconds', 30, 0, 3600, true),
+      connections: r.int(o.upstream_connections, 'upstream_connections', 128, 1, 10_000),
+    },
+    limits: { maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 1024 * 1024, 1, 1024 * 1024 * 1024) },
+    shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),
+    logLevel: r.oneOf<LogLevel>(o.log_level, 'log_level', ['error', 'warn', 'info', 'debug'], 'info'),
+    features,
+    audit,
+    auth: readAuth(r, o.auth, resolvePath),
+    budget: readBudget(r, o.budget),
+    policy: readPolicy(r, o.policy, o.policy_file, resolvePath),
+    postgres,
+  }
+
+  // Cross-field rules, after the shapes are known.
+  if (features.postgresStorage && postgres === null) r.note('postgres.dsn', 'is required when features.postgres_storage is true')
+  if (audit.output === null && !features.postgresStorage) {
+    r.note('audit.output', 'is required unless features.postgres_storage is true (every decision needs a sink)')
+  }
+  return config
+}
+
+function readListen(r: Reader, value: unknown): Config['listen'] {
+  const text = r.string(value, 'listen', '127.0.0.1:8080', { nonEmpty: true })
+  const match = /^(\[[^\]]+\]|[^:\s]+):(\d{1,5})$/.exec(text)
+  if (!match) {
+    r.note('listen', 'must be host:port (e.g. 0.0.0.0:8080)')
+    return { host: '127.0.0.1', port: 8080 }
+  }
+  const port = Number(match[2])
+  if (port > 65535) r.note('listen', 'port must be between 0 and 65535')
+  return { host: match[1].replace(/^\[|\]$/g, ''), port }
+}
+
+function readFeatures(r: Reader, value: unknown): Features {
+  const o = r.object(value, 'features', FEATURE_FLAGS)
+  return {
+    budgetEnforcement: r.bool(o.budget_enforcement, 'features.budget_enforcement', false),
+    postgresStorage: r.bool(o.postgres_storage, 'features.postgres_storage', false),
+  }
+}
+
+function readAudit(r: Reader, value: unknown, resolvePath: (p: string) => string): AuditConfig {
+  const o = r.object(value, 'audit', ['output', 'spill_file', 'max_queue_entries'])
+  const hasOutput = value === undefined || value === null || !('output' in o) || o.output !== null
+  const output = hasOutput ? r.string(o.output, 'audit.output', 'stdout', { nonEmpty: true }) : null
+  return {
+    output: output === null || output === 'stdout' ? output : resolvePath(output),
+    spillFile: resolvePath(r.string(o.spill_file, 'audit.spill_file', '.wardline/audit-spill.jsonl', { nonEmpty: true })),
+    maxQueueEntries: r.int(o.max_queue_entries, 'audit.max_queue_entries', 100_000, 100, 10_000_000),
+  }
+}

@@ -1,0 +1,123 @@
+/**
+ * Reads an untyped YAML tree and notes every problem with its key path instead of stopping at the
+ * first one. Each reader returns a usable fallback after noting a problem, so reading goes on and
+ * the operator sees every mistake in one run.
+ */
+export type Node = Record<string, unknown>
+
+export class Reader {
+  readonly problems: string[] = []
+
+  note(path: string, problem: string): void {
+    this.problems.push(path ? `${path}: ${problem}` : problem)
+  }
+
+  /** A mapping with only the allowed keys; `undefined` reads as an empty mapping. */
+  object(value: unknown, path: string, allowed: readonly string[]): Node {
+    if (value === undefined || value === null) return {}
+    if (typeof value !== 'object' || Array.isArray(value)) {
+      this.note(path, 'must be a mapping')
+      return {}
+    }
+    for (const key of Object.keys(value)) {
+      if (!allowed.includes(key)) this.note(join(path, key), `unknown key (allowed: ${allowed.join(', ')})`)
+    }
+    return value as Node
+  }
+
+  /** A mapping whose keys are names chosen by the operator (tools, tenants, features). */
+  map(value: unknown, path: string): Node {
+    if (value === undefined || value === null) return {}
+    if (typeof value !== 'object' || Array.isArray(value)) {
+      this.note(path, 'must be a mapping')
+      return {}
+    }
+    return value as Node
+  }
+
+  list(value: unknown, path: string): unknown[] {
+    if (value === undefined || value === null) return []
+    if (!Array.isArray(value)) {
+      this.note(path, 'must be a list')
+      return []
+    }
+    return value
+  }
+
+  string(value: unknown, path: string, fallback: string, opts: { nonEmpty?: boolean } = {}): string {
+    if (value === undefined || value === null) return fallback
+    if (typeof value !== 'string') {
+      this.note(path, 'must be a string')
+      return fallback
+    }
+    if (opts.nonEmpty && value.length === 0) {
+      this.note(path, 'must not be empty')
+      return fallback
+    }
+    return value
+  }
+
+  optionalString(value: unknown, path: string): string | null {
+    if (value === undefined || value === null) return null
+    return this.string(value, path, '', { nonEmpty: true }) || null
+  }
+
+  bool(value: unknown, path: string, fallback: boolean): boolean {
+    if (value === undefined || value === null) return fallback
+    if (typeof value !== 'boolean') {
+      this.note(path, 'must be true or false')
+      return fallback
+    }
+    return value
+  }
+
+  int(value: unknown, path: string, fallback: number, min: number, max: number): number {
+    if (value === undefined || value === null) return fallback
+    if (typeof value !== 'number' || !Number.isInteger(value)) {
+      this.note(path, 'must be a whole number')
+      return fallback
+    }
+    if (value < min || value > max) {
+      this.note(path, `must be between ${min} and ${max}`)
+      return fallback
+    }
+    return value
+  }
+
+  /** A number in (min, max] when `exclusiveMin`, else [min, max]. */
+  number(value: unknown, path: string, fallback: number, min: number, max: number, exclusiveMin = false): number {
+    if (value === undefined || value === null) return fallback
+    if (typeof value !== 'number' || !Number.isFinite(value)) {
+      this.note(path, 'must be a number')
+      return fallback
+    }
+    if ((exclusiveMin ? value <= min : value < min) || value > max) {
+      this.note(path, exclusiveMin ? `must be greater than ${min} and at most ${max}` : `must be between ${min} and ${max}`)
+      return fallback
+    }
+    return value
+  }
+
+  oneOf<T extends string>(value: unknown, path: string, choices: readonly T[], fallback: T): T {
+    if (value === undefined || value === null) return fallback
+    if (typeof value !== 'string' || !(choices as readonly string[]).includes(value)) {
+      this.note(path, `must be ${choices.slice(0, -1).join(', ')}${choices.length > 1 ? ' or ' : ''}${choices[choices.length - 1]}`)
+      return fallback
+    }
+    return value as T
+  }
+}
+
+export function join(path: string, key: string | number): string {
+  if (typeof key === 'number') return `${path}[${key}]`
+  return path ? `${path}.${key}` : key
+}
+
+/** Deep-freezes a plain tree so no stage can change the running configuration by accident. */
+export function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value)
+    for (const child of Object.values(value as object)) deepFreeze(child)
+  }
+  return value
+}

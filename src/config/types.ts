@@ -1,0 +1,119 @@
+/**
+ * The validated, deep-frozen configuration. camelCase here; the YAML keys (snake_case) are known only
+ * to the readers in this folder.
+ */
+export interface Config {
+  readonly listen: { readonly host: string; readonly port: number }
+  readonly upstream: UpstreamConfig
+  readonly limits: { readonly maxBodyBytes: number }
+  readonly shutdownGraceSeconds: number
+  readonly logLevel: LogLevel
+  readonly features: Features
+  readonly audit: AuditConfig
+  readonly auth: AuthConfig
+  readonly budget: BudgetConfig
+  readonly policy: PolicyConfig | null
+  readonly postgres: PostgresConfig | null
+}
+
+export type LogLevel = 'error' | 'warn' | 'info' | 'debug'
+
+export interface UpstreamConfig {
+  /** Absolute http(s) URL without a trailing slash; request path and query are appended. */
+  readonly url: string
+  /** Time allowed until the upstream's response headers arrive. */
+  readonly timeoutSeconds: number
+  readonly connections: number
+}
+
+export interface Features {
+  readonly budgetEnforcement: boolean
+  readonly postgresStorage: boolean
+}
+
+export interface AuditConfig {
+  /** 'stdout', a file path, or null (no JSONL output: only valid with Postgres storage). */
+  readonly output: string | null
+  /** Where entries go when the Postgres sink keeps failing; replayed when it is back. */
+  readonly spillFile: string
+  /** Entries held in memory per sink before new ones are dropped (and counted). */
+  readonly maxQueueEntries: number
+}
+
+export type AuthConfig = JwtAuthConfig | HeaderAuthConfig
+
+interface AuthCommon {
+  /** Advertised on every 401 as `WWW-Authenticate: Bearer resource_metadata="…"` (RFC 9728). */
+  readonly resourceMetadataUrl: string | null
+  /** Served at /.well-known/oauth-protected-resource when set. */
+  readonly resourceMetadata: ResourceMetadata | null
+}
+
+export interface ResourceMetadata {
+  readonly resource: string
+  readonly authorizationServers: readonly string[]
+  readonly scopesSupported: readonly string[]
+}
+
+export interface HeaderAuthConfig extends AuthCommon {
+  readonly mode: 'header'
+}
+
+export interface JwtAuthConfig extends AuthCommon {
+  readonly mode: 'jwt'
+  readonly jwt: JwtConfig
+}
+
+export interface JwtConfig {
+  /** Exactly one key source is set. */
+  readonly secret: string | null
+  readonly jwksUrl: string | null
+  readonly jwksFile: string | null
+  readonly publicKeyFile: string | null
+  readonly issuer: string | null
+  readonly audience: readonly string[]
+  readonly algorithms: readonly string[]
+  readonly identityClaim: string
+  readonly tenantClaim: string
+  readonly requireTenant: boolean
+  readonly clockToleranceSeconds: number
+  readonly jwksTimeoutSeconds: number
+  readonly jwksCacheSeconds: number
+  /** Verified tokens kept so a client reusing its token pays the crypto once; 0 disables. */
+  readonly cacheEntries: number
+}
+
+export interface BucketLimit {
+  readonly requestsPerWindow: number
+  readonly windowSeconds: number
+}
+
+export interface BudgetConfig extends BucketLimit {
+  readonly tenants: Readonly<Record<string, BucketLimit>>
+  readonly tools: Readonly<Record<string, BucketLimit>>
+  /** Bound on one store check, start to verdict (Postgres). */
+  readonly checkTimeoutSeconds: number
+  readonly onStoreError: 'open' | 'closed'
+}
+
+export type Effect = 'allow' | 'deny'
+
+export interface PolicyRule {
+  readonly identity: string
+  readonly tenant: string | null
+  readonly method: string
+  readonly tool: string
+  readonly effect: Effect
+}
+
+export interface PolicyConfig {
+  readonly default: Effect
+  readonly rules: readonly PolicyRule[]
+  /** Where the rules came from, for logs: the policy file path or 'inline'. */
+  readonly source: string
+}
+
+export interface PostgresConfig {
+  readonly dsn: string
+  readonly maxConnections: number
+}

@@ -1,0 +1,64 @@
+/**
+ * The one list of failure codes. A refusal (bad token, over budget, denied) is not an error: stages
+ * return it as a value. A failure is thrown as a WardlineError; its code goes to logs, audit reasons
+ * and tests, never to the caller, who sees only the HTTP status below.
+ */
+export type ErrorCode =
+  | 'WL_CONFIG_INVALID'
+  | 'WL_BUDGET_STORE_FAILED'
+  | 'WL_UPSTREAM_UNREACHABLE'
+  | 'WL_UPSTREAM_TIMEOUT'
+  | 'WL_UPSTREAM_FAILED'
+  | 'WL_AUTH_KEYS_UNAVAILABLE'
+  | 'WL_POSTGRES_UNAVAILABLE'
+  | 'WL_SHUTTING_DOWN'
+  | 'WL_INTERNAL'
+
+export const STATUS: Readonly<Record<ErrorCode, number>> = {
+  WL_CONFIG_INVALID: 500,
+  WL_BUDGET_STORE_FAILED: 503,
+  WL_UPSTREAM_UNREACHABLE: 502,
+  WL_UPSTREAM_TIMEOUT: 504,
+  WL_UPSTREAM_FAILED: 502,
+  WL_AUTH_KEYS_UNAVAILABLE: 503,
+  WL_POSTGRES_UNAVAILABLE: 503,
+  WL_SHUTTING_DOWN: 503,
+  WL_INTERNAL: 500,
+}
+
+export class WardlineError extends Error {
+  constructor(readonly code: ErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = new.target.name
+  }
+
+  get status(): number {
+    return STATUS[this.code]
+  }
+}
+
+/** Every problem found in a configuration, each prefixed with its key path. */
+export class ConfigError extends WardlineError {
+  constructor(readonly problems: readonly string[]) {
+    super('WL_CONFIG_INVALID', `invalid configuration:\n  ${problems.join('\n  ')}`)
+  }
+}
+
+/** A short, single-line description of any thrown value, with its cause chain, for reasons and logs. */
+export function describeError(err: unknown): string {
+  const parts: string[] = []
+  let current: unknown = err
+  for (let depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
+    if (current instanceof Error) {
+      const code = (current as { code?: unknown }).code
+      const text = current.message || current.name
+      parts.push(typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text)
+      current = (current as { cause?: unknown }).cause
+    } else {
+      parts.push(String(current))
+      break
+    }
+  }
+  const seen = new Set<string>()
+  return parts.filter((p) => !seen.has(p) && seen.add(p)).join(': ').replace(/\s+/g, ' ')
+}

@@ -1,0 +1,52 @@
+import type { Exchange } from '../pipeline/exchange'
+import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { parseMessages } from './parse'
+import { readBody } from './read-body'
+
+const TOO_LARGE = (maxBodyBytes: number): Refusal => ({
+  status: 413,
+  decision: 'error',
+  reason: `request body larger than max_body_bytes (${maxBodyBytes})`,
+  message: 'Request body too large',
+  data: { max_body_bytes: maxBodyBytes },
+  headers: { connection: 'close' },
+})
+
+/**
+ * Reads the POST body (capped), parses it as JSON-RPC and records the calls on the Exchange. Other
+ * methods carry no JSON-RPC and continue untouched.
+ */
+export function jsonRpcStage(maxBodyBytes: number): Stage {
+  const tooLarge = TOO_LARGE(maxBodyBytes)
+  return {
+    name: 'jsonrpc',
+    async run(ex: Exchange) {
+      if (ex.req.method !== 'POST') return CONTINUE
+      const encoding = ex.req.headers['content-encoding']
+      if (encoding !== undefined && encoding !== 'identity') {
+        // A compressed body cannot be inspected, and an uninspected body must not pass a gate.
+        return { status: 415, decision: 'error', reason: `content-encoding ${encoding} is not supported`, message: 'Compressed request bodies are not supported' }
+      }
+      const read = await readBody(ex.req, maxBodyBytes)
+      if (!read.ok) {
+        if (read.tooLarge) return tooLarge
+        return { status: 400, decision: 'error', reason: read.error.message, message: 'Request body could not be read', rpcCode: -32700 }
+      }
+      ex.body = read.body
+      const parsed = parseMessages(read.body)
+      if (!parsed.ok) {
+        return {
+          status: 400,
+          decision: 'error',
+          reason: parsed.reason,
+          rpcCode: parsed.code,
+          message: parsed.code === -32700 ? 'Parse error' : 'Invalid Request',
+          id: parsed.id,
+        }
+      }
+      ex.calls = parsed.calls
+      ex.batch = parsed.batch
+      return CONTINUE
+    },
+  }
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env node
+import { Command } from 'commander'
+import { loadConfig } from './config/load'
+import { ConfigError, describeError } from './errors'
+import { serve } from './cli/serve'
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { version } = require('../../package.json') as { version: string }
+
+export function buildCli(): Command {
+  const program = new Command()
+  program.name('wardline').description('MCP gateway: identity, budgets, policy and an audit trail in front of an MCP server').version(version)
+
+  program
+    .command('serve')
+    .description('start the gateway')
+    .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
+    .action(async (opts: { config: string }) => {
+      await serve(opts.config)
+    })
+
+  program
+    .command('check-config')
+    .description('validate a configuration file without starting anything (exit 0 when valid, 1 otherwise)')
+    .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
+    .action((opts: { config: string }) => {
+      try {
+        loadConfig(opts.config)
+        process.stdout.write(`${opts.config}: ok\n`)
+      } catch (err) {
+        if (err instanceof ConfigError) {
+          process.stderr.write(`${opts.config}: ${err.problems.length} problem${err.problems.length === 1 ? '' : 's'}\n`)
+          for (const p of err.problems) process.stderr.write(`  ${p}\n`)
+        } else {
+          process.stderr.write(`${opts.config}: ${describeError(err)}\n`)
+        }
+        process.exitCode = 1
+      }
+    })
+  return program
+}
+
+if (require.main === module) {
+  buildCli().parseAsync(process.argv).catch((err) => {
+    process.stderr.write(`wardline: ${describeError(err)}\n`)
+    process.exit(1)
+  })
+}

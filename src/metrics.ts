@@ -1,0 +1,45 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+
+/** Every metric the gateway exports, on its own registry (never prom-client's global one). */
+export class Metrics {
+  readonly registry = new Registry()
+  readonly requests = new Counter({
+    name: 'wardline_requests_total',
+    help: 'Audited decisions, by decision (one per audit entry)',
+    labelNames: ['decision'] as const,
+    registers: [this.registry],
+  })
+  readonly duration = new Histogram({
+    name: 'wardline_request_duration_seconds',
+    help: 'Time from request arrival to the end of the response, by decision',
+    labelNames: ['decision'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  })
+  readonly budgetFailOpen = new Counter({
+    name: 'wardline_budget_fail_open_total',
+    help: 'Budget checks that failed and admitted the call anyway (budget.on_store_error: open)',
+    registers: [this.registry],
+  })
+  readonly budgetStoreErrors = new Counter({
+    name: 'wardline_budget_store_errors_total',
+    help: 'Budget checks that failed, whatever on_store_error then decided',
+    registers: [this.registry],
+  })
+  readonly auditDropped = new Counter({
+    name: 'wardline_audit_dropped_total',
+    help: 'Audit entries that could not be written or queued, by sink',
+    labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
+  readonly auditQueued = new Gauge({
+    name: 'wardline_audit_queue_entries',
+    help: 'Audit entries waiting to be written, by sink',
+    labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
+
+  constructor(defaults = false) {
+    if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'wardline_' })
+  }
+}

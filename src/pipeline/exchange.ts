@@ -1,0 +1,82 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+
+export type Decision = 'allow' | 'deny' | 'throttled' | 'passthrough' | 'error' | 'unauthorized'
+
+export type JsonRpcId = string | number | null
+
+/** The verified caller. Both strings are validated by the auth stage and otherwise opaque. */
+export interface Principal {
+  readonly identity: string
+  readonly tenant: string
+}
+
+/** One JSON-RPC message of the request body (a batch has several). */
+export interface RpcCall {
+  /** The request id, `undefined` for a notification. */
+  readonly id: JsonRpcId | undefined
+  readonly method: string
+  /** Tool name, prompt name or resource URI for gated methods; '' otherwise. */
+  readonly target: string
+  /** tools/call, resources/* and prompts/*: the methods budget and policy look at. */
+  readonly gated: boolean
+  /** Why this element was refused, when a stage singled it out (policy rule index). */
+  reason: string
+}
+
+/**
+ * One object per request, carrying what the stages learn to the forwarder and to the audit entry.
+ * Every field exists from the constructor on, so every Exchange has one shape (hot path).
+ */
+export class Exchange {
+  principal: Principal | null = null
+  /** The exact request body bytes (POST only); forwarded unchanged. */
+  body: Buffer | null = null
+  /** The parsed JSON-RPC messages of a POST body, in order. */
+  calls: RpcCall[] = []
+  /** True when the body was a JSON array (a batch), even of one element. */
+  batch = false
+  /** Set by a refusal or a failure; null while the request is on its way to the upstream. */
+  decision: Decision | null = null
+  /** For operators (audit); never sent to the caller. An ordinary allow keeps it empty. */
+  reason = ''
+  status = 0
+  /** Headers a stage wants on the forwarded response (RateLimit fields on an admitted call). */
+  responseHeaders: Record<string, string> | null = null
+  /** Set when the gateway gave up on the response (client gone, upstream stream broke). */
+  aborted = false
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly requestId: string,
+    /** Wall clock (epoch ms) for the audit timestamp. */
+    readonly startedAt: number,
+    /** Monotonic clock (performance.now()) for the latency. */
+    readonly startedMono: number,
+  ) {}
+
+  /** The id to echo in an error body: the single message's id, else null (batches, unparsed). */
+  get replyId(): JsonRpcId {
+    if (this.batch || this.calls.length !== 1) return null
+    const id = this.calls[0].id
+    return id === undefined ? null : id
+  }
+
+  get sessionId(): string {
+    const value = this.req.headers['mcp-session-id']
+    if (typeof value === 'string') return value
+    const url = this.req.url ?? ''
+    const at = url.indexOf('sessionId=')
+    if (at < 0) return ''
+    const end = url.indexOf('&', at)
+    return decodeURIComponentSafe(url.slice(at + 10, end < 0 ? undefined : end))
+  }
+}
+
+function decodeURIComponentSafe(text: string): string {
+  try {
+    return decodeURIComponent(text)
+  } catch {
+    return text
+  }
+}

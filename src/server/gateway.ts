@@ -1,0 +1,80 @@
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { AuditTrail } from '../audit/trail'
+import { WardlineError, describeError } from '../errors'
+import { INVALID_REQUEST, writeRpcError } from '../jsonrpc/reply'
+import type { Logger } from '../log'
+import { Exchange } from '../pipeline/exchange'
+import { type Refusal, type Stage, runStages } from '../pipeline/stage'
+import type { Upstream } from '../upstream/forward'
+
+/** Methods the MCP transports use. Anything else (PUT, PATCH, TRACE…) could carry an uninspected body. */
+const FORWARDED_METHODS = new Set(['GET', 'POST', 'DELETE', 'HEAD', 'OPTIONS'])
+
+const METHOD_NOT_ALLOWED: Refusal = {
+  status: 405,
+  decision: 'error',
+  reason: 'HTTP method not forwarded',
+  message: 'Method not allowed',
+  rpcCode: INVALID_REQUEST,
+  headers: { allow: [...FORWARDED_METHODS].join(', ') },
+}
+
+/** Runs one proxied request: stages, then the upstream or a local answer, then exactly one audit record. */
+export class Gateway {
+  /** Requests between arrival and their audit record; shutdown waits for this to reach 0. */
+  inFlight = 0
+
+  constructor(
+    private stages: readonly Stage[],
+    private readonly upstream: Upstream,
+    private readonly audit: AuditTrail,
+    private readonly log: Logger,
+  ) {}
+
+  /** Swaps the stage chain (a config reload); requests already running keep the chain they started with. */
+  replaceStages(stages: readonly Stage[]): void {
+    this.stages = stages
+  }
+
+  readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
+    this.inFlight++
+    try {
+      const refusal = FORWARDED_METHODS.has(req.method ?? '') ? await runStages(this.stages, ex) : METHOD_NOT_ALLOWED
+      if (refusal !== null) refuse(ex, refusal)
+      else await this.upstream.forward(ex)
+    } catch (err) {
+      this.replyWithError(ex, err)
+    } finally {
+      this.inFlight--
+      this.audit.record(ex)
+    }
+  }
+
+  private replyWithError(ex: Exchange, err: unknown): void {
+    const known = err instanceof WardlineError
+    const status = known ? err.status : 500
+    ex.decision = 'error'
+    ex.status = status
+    ex.reason = known ? `${err.code}: ${describeError(err)}` : `WL_INTERNAL: ${describeError(err)}`
+    if (!known) this.log.error('unexpected error while handling a request', { request_id: ex.requestId, error: describeError(err), stack: (err as Error)?.stack })
+    const retry = status === 503 ? { 'retry-after': '1' } : undefined
+    writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)
+  }
+}
+
+const MESSAGES: Record<number, string> = {
+  500: 'Internal error',
+  502: 'Bad gateway: the MCP server could not be reached',
+  503: 'Service unavailable',
+  504: 'Gateway timeout: the MCP server did not answer in time',
+}
+
+export function refuse(ex: Exchange, refusal: Refusal): void {
+  ex.decision = refusal.decision
+  ex.status = refusal.status
+  if (!ex.reason || refusal.decision !== 'allow') ex.reason = refusal.reason
+  const id = refusal.id !== undefined ? refusal.id : ex.replyId
+  writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, refusal.headers)
+}

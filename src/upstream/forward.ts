@@ -1,0 +1,165 @@
+import type { IncomingHttpHeaders } from 'node:http'
+import { Pool, type Dispatcher } from 'undici'
+import type { UpstreamConfig } from '../config/types'
+import { WardlineError, describeError } from '../errors'
+import type { Exchange } from '../pipeline/exchange'
+import { clientResponseHeaders, upstreamRequestHeaders } from './headers'
+
+/** undici codes meaning the upstream never answered in time. */
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT'])
+/** Codes meaning no connection could be made at all. */
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT'])
+
+/**
+ * The terminal stage: one undici Pool (keep-alive) for every request. Responses stream straight to the
+ * client chunk by chunk, with backpressure both ways; a client that leaves aborts the upstream request.
+ */
+export class Upstream {
+  private readonly pool: Pool
+  private readonly origin: URL
+  private readonly basePath: string
+
+  constructor(config: UpstreamConfig) {
+    this.origin = new URL(config.url)
+    this.basePath = this.origin.pathname.replace(/\/+$/, '')
+    this.pool = new Pool(this.origin.origin, {
+      connections: config.connections,
+      pipelining: 1,
+      headersTimeout: config.timeoutSeconds * 1000,
+      // 0: no idle-body timeout, so a quiet SSE stream (a GET stream waiting for server events) lives on.
+      bodyTimeout: 0,
+      connectTimeout: Math.min(10_000, config.timeoutSeconds * 1000),
+    })
+  }
+
+  /**
+   * Resolves when the response has been relayed (or the client left). Rejects with a WardlineError
+   * only while nothing has been sent to the client yet, so the caller can still answer 502/504.
+   */
+  forward(ex: Exchange): Promise<void> {
+    const req = ex.req
+    const headers = upstreamRequestHeaders(req.rawHeaders, req.headers)
+    if (ex.principal !== null) headers.push('x-wardline-identity', ex.principal.identity, 'x-wardline-tenant', ex.principal.tenant)
+    headers.push('x-wardline-request-id', ex.requestId)
+    const remote = req.socket.remoteAddress
+    if (remote) {
+      const prior = req.headers['x-forwarded-for']
+      headers.push('x-forwarded-for', prior ? `${prior}, ${remote}` : remote)
+    }
+    return new Promise((resolve, reject) => {
+      const handler = new RelayHandler(ex, resolve, reject)
+      this.pool.dispatch(
+        {
+          origin: this.origin.origin,
+          path: this.basePath + (req.url ?? '/'),
+          method: req.method as Dispatcher.HttpMethod,
+          headers,
+          body: ex.body,
+        },
+        handler,
+      )
+    })
+  }
+
+  close(): Promise<void> {
+    return this.pool.close()
+  }
+
+  destroy(): Promise<void> {
+    return this.pool.destroy()
+  }
+}
+
+class RelayHandler implements Dispatcher.DispatchHandler {
+  private controller: Dispatcher.DispatchController | null = null
+  private started = false
+  private settled = false
+
+  constructor(
+    private readonly ex: Exchange,
+    private readonly resolve: () => void,
+    private readonly reject: (err: Error) => void,
+  ) {
+    ex.res.on('close', this.onClientClose)
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller
+    if (this.ex.res.destroyed) controller.abort(new Error('client closed the connection'))
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (statusCode < 200) return // 1xx informational: the final response follows
+    this.started = true
+    const res = this.ex.res
+    const out = clientResponseHeaders(headers)
+    const extra = this.ex.responseHeaders
+    if (extra !== null) for (const name in extra) out.push(name, extra[name])
+    out.push('x-wardline-request-id', this.ex.requestId)
+    this.ex.status = statusCode
+    res.writeHead(statusCode, out)
+    // SSE: send the headers now rather than with the first event, which may be minutes away.
+    res.flushHeaders()
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.ex.res.write(chunk)) {
+      controller.pause()
+      this.ex.res.once('drain', this.onDrain)
+    }
+  }
+
+  onResponseEnd(): void {
+    this.ex.res.end()
+    this.finish()
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.ex.aborted) return this.finish() // our own abort after the client left
+    if (!this.started) {
+      this.detach()
+      this.settled = true
+      this.reject(classify(err))
+      return
+    }
+    this.ex.aborted = true
+    this.ex.decision = 'error'
+    this.ex.reason = `upstream response broke off: ${describeError(err)}`
+    this.ex.res.destroy()
+    this.finish()
+  }
+
+  private readonly onDrain = (): void => {
+    this.controller?.resume()
+  }
+
+  private readonly onClientClose = (): void => {
+    if (this.settled || this.ex.res.writableFinished) return
+    this.ex.aborted = true
+    if (!this.ex.reason) this.ex.reason = 'client closed the connection'
+    if (this.ex.status === 0) this.ex.status = 499 // nginx's "client closed request": nothing was answered
+    this.controller?.abort(new Error('client closed the connection'))
+    this.finish()
+  }
+
+  private finish(): void {
+    if (this.settled) return
+    this.settled = true
+    this.detach()
+    this.resolve()
+  }
+
+  private detach(): void {
+    this.ex.res.off('close', this.onClientClose)
+    this.ex.res.off('drain', this.onDrain)
+  }
+}
+
+function classify(err: Error): WardlineError {
+  const code = (err as { code?: string }).code ?? ''
+  if (TIMEOUT_CODES.has(code)) return new WardlineError('WL_UPSTREAM_TIMEOUT', 'upstream sent no response headers in time', { cause: err })
+  if (UNREACHABLE_CODES.has(code) || (err as { errors?: unknown }).errors) {
+    return new WardlineError('WL_UPSTREAM_UNREACHABLE', 'upstream unreachable', { cause: err })
+  }
+  return new WardlineError('WL_UPSTREAM_FAILED', 'upstream failed before answering', { cause: err })
+}

@@ -1,0 +1,55 @@
+import type { IncomingHttpHeaders } from 'node:http'
+
+/** RFC 9110 §7.6.1: meaningful for one connection only, never forwarded. */
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer',
+  'transfer-encoding', 'upgrade',
+])
+
+/**
+ * Request headers never forwarded: hop-by-hop ones; host and content-length (undici writes its own for
+ * the exact bytes we send); the caller's credentials (the gateway is the resource server, so the
+ * upstream must not be able to replay them); and client-sent copies of the identity headers, which
+ * only the gateway may set.
+ */
+const DROPPED_REQUEST = new Set([
+  ...HOP_BY_HOP, 'host', 'content-length', 'authorization', 'x-wardline-identity', 'x-wardline-tenant',
+  'x-wardline-request-id',
+])
+
+/** Response headers the gateway answers for itself or that describe the upstream connection. */
+const DROPPED_RESPONSE = new Set([...HOP_BY_HOP, 'x-wardline-request-id'])
+
+/** Headers named by a Connection header are hop-by-hop too (RFC 9110 §7.6.1). */
+function connectionTokens(value: string | string[] | undefined): Set<string> | null {
+  if (value === undefined) return null
+  const text = Array.isArray(value) ? value.join(',') : value
+  const tokens = text.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean)
+  return tokens.length > 0 ? new Set(tokens) : null
+}
+
+/** Flat [name, value, …] list for undici, preserving the client's header order and repeats. */
+export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingHttpHeaders): string[] {
+  const named = connectionTokens(parsed.connection)
+  const out: string[] = []
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i].toLowerCase()
+    if (DROPPED_REQUEST.has(name) || (named !== null && named.has(name))) continue
+    out.push(raw[i], raw[i + 1])
+  }
+  return out
+}
+
+/** Flat [name, value, …] list for writeHead from undici's parsed response headers. */
+export function clientResponseHeaders(headers: IncomingHttpHeaders): string[] {
+  const named = connectionTokens(headers.connection)
+  const out: string[] = []
+  for (const name in headers) {
+    if (DROPPED_RESPONSE.has(name) || (named !== null && named.has(name))) continue
+    const value = headers[name]
+    if (value === undefined) continue
+    if (Array.isArray(value)) for (const v of value) out.push(name, v)
+    else out.push(name, value)
+  }
+  return out
+}

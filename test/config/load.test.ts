@@ -1,0 +1,69 @@
+import { parseConfig } from '../../src/config/load'
+import { ConfigError } from '../../src/errors'
+
+function problems(text: string, env: NodeJS.ProcessEnv = {}): string[] {
+  try {
+    parseConfig(text, { env, baseDir: '/srv' })
+  } catch (err) {
+    if (err instanceof ConfigError) return [...err.problems]
+    throw err
+  }
+  return []
+}
+
+describe('configuration loading', () => {
+  test('a minimal file gets every documented default', () => {
+    const config = parseConfig('upstream: http://127.0.0.1:3001/\nauth: { mode: header }\n', { env: {}, baseDir: '/srv' })
+    expect(config.listen).toEqual({ host: '127.0.0.1', port: 8080 })
+    expect(config.upstream).toEqual({ url: 'http://127.0.0.1:3001', timeoutSeconds: 30, connections: 128 })
+    expect(config.limits.maxBodyBytes).toBe(1048576)
+    expect(config.features).toEqual({ budgetEnforcement: false, postgresStorage: false })
+    expect(config.audit.output).toBe('stdout')
+    expect(Object.isFrozen(config.upstream)).toBe(true)
+  })
+
+  test('every problem is reported at once, each with its key path', () => {
+    const found = problems(
+      [
+        'listen: nowhere',
+        'upstream: ftp://example.com',
+        'upstream_timeout_seconds: -1',
+        'max_body_bytes: 1.5',
+        'features: { budget_enforcement: yes, teleport: true }',
+        'audit: { output: "" }',
+        'colour: blue',
+        'auth: { mode: header }',
+      ].join('\n'),
+    )
+    expect(found).toEqual(
+      expect.arrayContaining([
+        'listen: must be host:port (e.g. 0.0.0.0:8080)',
+        'upstream: must use http or https',
+        'upstream_timeout_seconds: must be greater than 0 and at most 3600',
+        'max_body_bytes: must be a whole number',
+        'features.teleport: unknown key (allowed: budget_enforcement, postgres_storage)',
+        'features.budget_enforcement: must be true or false',
+        'audit.output: must not be empty',
+        expect.stringMatching(/^colour: unknown key/),
+      ]),
+    )
+    expect(found).toHaveLength(8)
+  })
+
+  test('${VAR} and ${VAR:-default} come from the environment; a missing one is named', () => {
+    const text = 'upstream: ${UP}\nlisten: ${LISTEN:-0.0.0.0:9000}\nauth: { mode: header }\naudit: { output: \"${AUDIT_PATH}\" }\n'
+    const config = parseConfig(text, { env: { UP: 'http://mcp:3001', AUDIT_PATH: 'logs/a.jsonl' }, baseDir: '/srv' })
+    expect(config.upstream.url).toBe('http://mcp:3001')
+    expect(config.listen).toEqual({ host: '0.0.0.0', port: 9000 })
+    expect(config.audit.output).toBe('/srv/logs/a.jsonl')
+    expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set', 'audit.output: must not be empty'])
+  })
+
+  test('malformed YAML is one clear problem', () => {
+    expect(problems('upstream: [unclosed')).toEqual([expect.stringMatching(/^not valid YAML: /)])
+  })
+
+  test('a missing upstream is required', () => {
+    expect(problems('auth: { mode: header }')).toEqual(['upstream: is required (the MCP server URL, e.g. http://127.0.0.1:3001)'])
+  })
+})

@@ -1,0 +1,95 @@
+import { mkdtempSync, readFileSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import yaml from 'js-yaml'
+import { parseConfig } from '../../src/config/load'
+import type { Config } from '../../src/config/types'
+import type { AuditEntry } from '../../src/audit/entry'
+import { silentLogger } from '../../src/log'
+import { type RunningGateway, startGateway } from '../../src/server/compose'
+import { type ExampleMode, type ExampleServer, startExampleServer } from '../../examples/mcp-server'
+
+export interface Harness {
+  readonly gateway: RunningGateway
+  readonly upstream: ExampleServer
+  /** http://127.0.0.1:<port> of the gateway. */
+  readonly url: string
+  readonly config: Config
+  readonly auditFile: string
+  /** Flushes the audit writer, then reads every entry written so far. */
+  audit(): Promise<AuditEntry[]>
+  close(): Promise<void>
+}
+
+export interface HarnessOptions {
+  /** YAML tree merged over the defaults (listen on port 0, upstream = the example server, header auth). */
+  readonly config?: Record<string, unknown>
+  readonly mode?: ExampleMode
+  /** Use this upstream URL instead of starting the example server. */
+  readonly upstreamUrl?: string
+  readonly env?: NodeJS.ProcessEnv
+}
+
+/** A temp directory per call, for audit files and spill files. */
+export function tempDir(prefix = 'wardline-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix))
+}
+
+/** Builds a validated Config from a YAML-shaped tree, the way an operator's file would be read. */
+export function configFrom(tree: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, baseDir = process.cwd()): Config {
+  return parseConfig(yaml.dump(tree), { env, baseDir })
+}
+
+/** Starts the example MCP server and a real gateway in front of it, both on port 0. */
+export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
+  const upstream = await startExampleServer({ mode: options.mode ?? 'stateful' })
+  const dir = tempDir()
+  const auditFile = join(dir, 'audit.jsonl')
+  const tree = {
+    listen: '127.0.0.1:0',
+    upstream: options.upstreamUrl ?? upstream.url,
+    auth: { mode: 'header' },
+    audit: { output: auditFile },
+    ...options.config,
+  }
+  const config = configFrom(tree, options.env ?? {}, dir)
+  const gateway = await startGateway(config, { log: silentLogger() })
+  return {
+    gateway,
+    upstream,
+    url: gateway.url,
+    config,
+    auditFile,
+    audit: async () => {
+      await gateway.audit.flush()
+      return readJsonl(auditFile)
+    },
+    close: async () => {
+      await gateway.shutdown()
+      await upstream.close()
+    },
+  }
+}
+
+export function readJsonl(path: string): AuditEntry[] {
+  if (!existsSync(path)) return []
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as AuditEntry)
+}
+
+/** Headers for header-mode auth. */
+export function as(identity: string, tenant = 'acme'): Record<string, string> {
+  return { 'x-wardline-identity': identity, 'x-wardline-tenant': tenant }
+}
+
+export const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+
+export function rpc(method: string, params?: Record<string, unknown>, id: number | string = 1): Record<string, unknown> {
+  return params === undefined ? { jsonrpc: '2.0', id, method } : { jsonrpc: '2.0', id, method, params }
+}
+
+export function toolCall(name: string, args: Record<string, unknown> = {}, id: number | string = 1): Record<string, unknown> {
+  return rpc('tools/call', { name, arguments: args }, id)
+}
