@@ -1,0 +1,16 @@
+/**
+ * Storage keys: a JSON array per bucket. JSON string escaping makes the encoding unambiguous
+ * whatever the names hold ("acme\0"+"alice" and "acme"+"\0alice" stay two keys), and it never
+ * contains a NUL byte, which Postgres text columns refuse.
+ */
+export function toolKey(tool: string): string {
+  return JSON.stringify(['tool', tool])
+}
+
+export function tenantKey(tenant: string): string {
+  return JSON.stringify(['tenant', tenant])
+}
+
+export function identityKey(tenant: string, identity: string): string {
+  return JSON.stringify(['identity', tenant, identity])
+}

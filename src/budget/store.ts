@@ -1,0 +1,47 @@
+/** Which kind of bucket: checked in this order, the first full one refuses (DESIGN.md). */
+export type BucketKind = 'tool' | 'tenant' | 'identity'
+
+/** One bucket a request must clear, and how much the request takes from it. */
+export interface BucketCharge {
+  /** Unambiguous storage key from keys.ts; two different (kind, names) never share one. */
+  readonly key: string
+  readonly kind: BucketKind
+  /** The tool or tenant name, or the identity, for headers and reasons. */
+  readonly name: string
+  readonly limit: number
+  readonly windowSeconds: number
+  /** Requests this check adds (a batch with three tools/call charges the identity bucket 3). */
+  readonly cost: number
+}
+
+/** A bucket as seen after the decision. */
+export interface BucketState {
+  readonly kind: BucketKind
+  readonly name: string
+  readonly limit: number
+  readonly windowSeconds: number
+  /** Requests left in the current window after this decision (never negative). */
+  readonly remaining: number
+  /** Seconds until the bucket's current window ends (its count resets). */
+  readonly resetSeconds: number
+}
+
+export interface AdmitResult {
+  readonly admitted: boolean
+  /** One state per charge, in the order given. */
+  readonly buckets: readonly BucketState[]
+  /** Index into `buckets` of the first bucket that refused, or -1 when admitted. */
+  readonly refusedBy: number
+}
+
+/**
+ * Where bucket counts live. `admit` is all-or-nothing and atomic: either every charge is added, or
+ * (when any bucket would exceed its limit) none is, and the first refusing bucket in the given
+ * order is reported. Each bucket is a fixed window that opens at its first charge and ends
+ * `windowSeconds` later; a charge after the end opens a new window. Concurrent calls never admit
+ * more than a limit allows. `admit` rejects only on a store failure, never for a refusal.
+ */
+export interface BudgetStore {
+  admit(charges: readonly BucketCharge[]): Promise<AdmitResult>
+  close(): Promise<void>
+}
