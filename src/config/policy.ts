@@ -1,9 +1,110 @@
-import type { PolicyConfig } from './types'
-import type { Reader } from './reader'
+import { readFileSync } from 'node:fs'
+import yaml from 'js-yaml'
+import type { Effect, PolicyConfig, PolicyRule } from './types'
+import { Reader, join } from './reader'
 
-// TODO(#5): read the inline `policy:` block or `policy_file`; until then neither may be set.
-export function readPolicy(r: Reader, inline: unknown, file: unknown, _resolvePath: (p: string) => string): PolicyConfig | null {
-  if (inline !== undefined) r.note('policy', 'is not supported yet')
-  if (file !== undefined) r.note('policy_file', 'is not supported yet')
-  return null
+const POLICY_KEYS = ['default', 'rules']
+const RULE_KEYS = ['identity', 'tenant', 'method', 'tool', 'effect']
+const EFFECTS: readonly Effect[] = ['allow', 'deny']
+
+/**
+ * The gated methods a rule may name exactly (MCP 2025-06-18: Tools, Resources, Prompts). A name outside
+ * this list is far more likely a typo than a method from the future, and a typo in a deny rule would
+ * silently deny nothing; `resources/*` and `prompts/*` cover methods that do not exist yet.
+ */
+export const GATED_METHODS: readonly string[] = [
+  'tools/call',
+  'resources/list', 'resources/templates/list', 'resources/read', 'resources/subscribe', 'resources/unsubscribe',
+  'prompts/list', 'prompts/get',
+]
+/** Method patterns a rule may use besides the exact names: every gated method, or one family. */
+export const METHOD_FAMILIES: readonly string[] = ['*', 'resources/*', 'prompts/*']
+/** An omitted method means tools/call: most policies are about tools. */
+export const DEFAULT_METHOD = 'tools/call'
+
+/**
+ * Reads the policy from the inline `policy:` block or from `policy_file` (one of the two). Neither
+ * means no policy: every call is allowed and compose says so at startup. Problems in a policy file
+ * are prefixed with the file's path, inline ones with `policy.`, each with its rule index.
+ */
+export function readPolicy(r: Reader, inline: unknown, file: unknown, resolvePath: (p: string) => string): PolicyConfig | null {
+  if (inline !== undefined && file !== undefined) {
+    r.note('policy_file', 'cannot be used together with an inline policy: keep one of the two')
+    return null
+  }
+  if (inline !== undefined) {
+    if (inline === null || typeof inline !== 'object' || Array.isArray(inline)) {
+      r.note('policy', 'must be a mapping with default and rules')
+      return null
+    }
+    return readPolicyTree(r, inline, 'policy', 'inline')
+  }
+  if (file === undefined) return null
+  const name = r.string(file, 'policy_file', '', { nonEmpty: true })
+  if (name === '') return null
+  return readPolicyFile(r, resolvePath(name))
+}
+
+/** A policy file holds the same mapping as the inline block. Taken literally: no ${VAR} expansion. */
+export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    r.note('policy_file', `${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`)
+    return null
+  }
+  let tree: unknown
+  try {
+    tree = yaml.load(text, { schema: yaml.CORE_SCHEMA })
+  } catch (err) {
+    r.note(path, `not valid YAML: ${(err as Error).message.split('\n')[0]}`)
+    return null
+  }
+  if (tree === null || typeof tree !== 'object' || Array.isArray(tree)) {
+    r.note(path, 'must be a mapping with default and rules')
+    return null
+  }
+  // Read with paths relative to the file, then prefix each problem with the file's path, so the
+  // operator reads `/etc/wardline/policy.yaml: rules[3].effect: must be allow or deny`.
+  const inner = new Reader()
+  const policy = readPolicyTree(inner, tree, '', path)
+  for (const problem of inner.problems) r.note(path, problem)
+  return policy
+}
+
+function readPolicyTree(r: Reader, tree: object, base: string, source: string): PolicyConfig {
+  const o = r.object(tree, base, POLICY_KEYS)
+  const defaultPath = join(base, 'default')
+  if (o.default === undefined || o.default === null) r.note(defaultPath, 'is required (allow or deny)')
+  const defaultEffect = r.oneOf(o.default, defaultPath, EFFECTS, 'deny')
+  const rulesPath = join(base, 'rules')
+  const rules = r.list(o.rules, rulesPath).map((node, i) => readRule(r, node, join(rulesPath, i)))
+  return { default: defaultEffect, rules, source }
+}
+
+function readRule(r: Reader, node: unknown, path: string): PolicyRule {
+  if (node === null || typeof node !== 'object' || Array.isArray(node)) {
+    r.note(path, 'must be a mapping with identity, tool and effect')
+    return { identity: '', tenant: null, method: DEFAULT_METHOD, tool: '', effect: 'deny' }
+  }
+  const o = r.object(node, path, RULE_KEYS)
+  const required = (key: string): void => {
+    if (o[key] === undefined || o[key] === null) r.note(join(path, key), 'is required')
+  }
+  required('identity')
+  required('tool')
+  required('effect')
+  const methodPath = join(path, 'method')
+  const method = r.string(o.method, methodPath, DEFAULT_METHOD, { nonEmpty: true })
+  if (!GATED_METHODS.includes(method) && !METHOD_FAMILIES.includes(method)) {
+    r.note(methodPath, `must be one of ${[...GATED_METHODS, ...METHOD_FAMILIES].join(', ')}`)
+  }
+  return {
+    identity: r.string(o.identity, join(path, 'identity'), '', { nonEmpty: true }),
+    tenant: r.optionalString(o.tenant, join(path, 'tenant')),
+    method,
+    tool: r.string(o.tool, join(path, 'tool'), '', { nonEmpty: true }),
+    effect: r.oneOf(o.effect, join(path, 'effect'), EFFECTS, 'deny'),
+  }
 }

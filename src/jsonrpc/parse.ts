@@ -53,9 +53,13 @@ function classify(message: unknown): RpcCall | string {
     if (typeof p.name !== 'string' || p.name === '') return 'tools/call needs params.name as a non-empty string'
     return { id, method, target: p.name, gated: true, reason: '' }
   }
-  if (method.startsWith('resources/') || method.startsWith('prompts/')) {
-    const target = typeof p.name === 'string' ? p.name : typeof p.uri === 'string' ? p.uri : ''
-    return { id, method, target, gated: true, reason: '' }
+  // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
+  // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name.
+  if (method.startsWith('resources/')) {
+    return { id, method, target: typeof p.uri === 'string' ? p.uri : '', gated: true, reason: '' }
+  }
+  if (method.startsWith('prompts/')) {
+    return { id, method, target: typeof p.name === 'string' ? p.name : '', gated: true, reason: '' }
   }
   return { id, method, target: '', gated: false, reason: '' }
 }

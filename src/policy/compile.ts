@@ -1,0 +1,154 @@
+import { GATED_METHODS } from '../config/policy'
+import type { Effect, PolicyConfig, PolicyRule } from '../config/types'
+import { Glob } from './glob'
+
+/** The three things a rule names besides its method, in the order the lookup maps nest them. */
+const IDENTITY = 0
+const TENANT = 1
+const TARGET = 2
+
+/** Table keys for gated methods no rule can name exactly (a future `resources/…`): only families reach them. */
+const OTHER_RESOURCES = 'resources/'
+const OTHER_PROMPTS = 'prompts/'
+
+/** One rule, its patterns compiled once. */
+class Entry {
+  constructor(
+    readonly index: number,
+    private readonly identity: Glob,
+    /** null: any tenant. */
+    private readonly tenant: Glob | null,
+    private readonly target: Glob,
+  ) {}
+
+  matches(identity: string, tenant: string, target: string): boolean {
+    return this.identity.matches(identity) && (this.tenant === null || this.tenant.matches(tenant)) && this.target.matches(target)
+  }
+}
+
+type Node = Map<string, unknown> | Entry[]
+
+/**
+ * The rules of one method that share which of identity, tenant and target are exact (no `*`), nested
+ * Maps keyed by those exact values, in that order; a leaf lists its rules by ascending index. A call
+ * walks one path of Map lookups and then checks only the rules at the leaf, so a thousand rules about
+ * other identities or tools cost nothing.
+ */
+class Category {
+  readonly root: Node
+  /** The lowest rule index anywhere in this category, to probe the likeliest winners first. */
+  lowest = Number.MAX_SAFE_INTEGER
+
+  constructor(readonly dims: readonly number[]) {
+    this.root = dims.length === 0 ? [] : new Map()
+  }
+
+  add(entry: Entry, keys: readonly string[]): void {
+    let node = this.root
+    for (let i = 0; i < this.dims.length; i++) {
+      const map = node as Map<string, unknown>
+      const key = keys[this.dims[i]]
+      let next = map.get(key) as Node | undefined
+      if (next === undefined) {
+        next = i === this.dims.length - 1 ? [] : new Map()
+        map.set(key, next)
+      }
+      node = next
+    }
+    ;(node as Entry[]).push(entry)
+    if (entry.index < this.lowest) this.lowest = entry.index
+  }
+
+  leaf(identity: string, tenant: string, target: string): Entry[] | undefined {
+    let node: Node | undefined = this.root
+    for (let i = 0; i < this.dims.length; i++) {
+      const dim = this.dims[i]
+      node = (node as Map<string, unknown>).get(dim === IDENTITY ? identity : dim === TENANT ? tenant : target) as Node | undefined
+      if (node === undefined) return undefined
+    }
+    return node as Entry[]
+  }
+}
+
+const NO_CATEGORIES: readonly Category[] = []
+
+/**
+ * A policy turned into lookup maps at load time (STYLE.md, "Keeping the hot path fast"). First match
+ * wins: each category yields its first matching rule, and the lowest index among them is the answer;
+ * a category stops scanning as soon as its rules come after the best match found so far.
+ *
+ * Cost per decision: one Map lookup for the method, then for each kind of rule in use (at most eight:
+ * which of identity, tenant, target are exact) up to three Map lookups and a scan of the rules that
+ * share those exact values. Only rules with `*` in the same places and the same exact values are
+ * scanned one by one (docs/policy.md, "Limits").
+ */
+export class CompiledPolicy {
+  readonly defaultEffect: Effect
+  readonly rules: readonly PolicyRule[]
+  private readonly byMethod = new Map<string, readonly Category[]>()
+  private readonly otherResources: readonly Category[]
+  private readonly otherPrompts: readonly Category[]
+
+  constructor(policy: PolicyConfig) {
+    this.defaultEffect = policy.default
+    this.rules = policy.rules
+    const entries = policy.rules.map((rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.tool)))
+    for (const method of GATED_METHODS) this.byMethod.set(method, buildTable(policy.rules, entries, method))
+    this.otherResources = buildTable(policy.rules, entries, OTHER_RESOURCES)
+    this.otherPrompts = buildTable(policy.rules, entries, OTHER_PROMPTS)
+  }
+
+  /** The index of the first rule matching this call, or -1 when none does (the default applies). */
+  match(identity: string, tenant: string, method: string, target: string): number {
+    const categories = this.byMethod.get(method)
+      ?? (method.startsWith(OTHER_RESOURCES) ? this.otherResources : method.startsWith(OTHER_PROMPTS) ? this.otherPrompts : NO_CATEGORIES)
+    let best = Number.MAX_SAFE_INTEGER
+    for (let c = 0; c < categories.length; c++) {
+      const category = categories[c]
+      if (category.lowest >= best) break // sorted by `lowest`: no later category can hold an earlier rule
+      const leaf = category.leaf(identity, tenant, target)
+      if (leaf === undefined) continue
+      for (let i = 0; i < leaf.length; i++) {
+        const entry = leaf[i]
+        if (entry.index >= best) break
+        if (entry.matches(identity, tenant, target)) {
+          best = entry.index
+          break
+        }
+      }
+    }
+    return best === Number.MAX_SAFE_INTEGER ? -1 : best
+  }
+
+  /** The effect for a match() result. */
+  effectOf(index: number): Effect {
+    return index < 0 ? this.defaultEffect : this.rules[index].effect
+  }
+}
+
+export function compilePolicy(policy: PolicyConfig): CompiledPolicy {
+  return new CompiledPolicy(policy)
+}
+
+/** Does a rule's method (exact, a family, or `*`) cover this table's method? */
+function covers(ruleMethod: string, method: string): boolean {
+  if (ruleMethod === '*' || ruleMethod === method) return true
+  return ruleMethod.endsWith('/*') && method.startsWith(ruleMethod.slice(0, -1))
+}
+
+function buildTable(rules: readonly PolicyRule[], entries: readonly Entry[], method: string): readonly Category[] {
+  const byMask = new Map<number, Category>()
+  for (let i = 0; i < rules.length; i++) {
+    const rule = rules[i]
+    if (!covers(rule.method, method)) continue
+    const exact = [!rule.identity.includes('*'), rule.tenant !== null && !rule.tenant.includes('*'), !rule.tool.includes('*')]
+    const mask = (exact[IDENTITY] ? 1 : 0) | (exact[TENANT] ? 2 : 0) | (exact[TARGET] ? 4 : 0)
+    let category = byMask.get(mask)
+    if (category === undefined) {
+      category = new Category([IDENTITY, TENANT, TARGET].filter((dim) => exact[dim]))
+      byMask.set(mask, category)
+    }
+    category.add(entries[i], [rule.identity, rule.tenant ?? '', rule.tool])
+  }
+  return [...byMask.values()].sort((a, b) => a.lowest - b.lowest)
+}

@@ -1,0 +1,51 @@
+import type { Exchange } from '../pipeline/exchange'
+import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import type { CompiledPolicy } from './compile'
+
+/** Generic on purpose: which rule fired is for operators (the audit reason), never for the caller. */
+const MESSAGE = 'Forbidden by policy'
+
+function forbidden(reason: string): Refusal {
+  return { status: 403, decision: 'deny', reason, message: MESSAGE }
+}
+
+/**
+ * Allows or denies every gated call (tools/call, resources/*, prompts/*) by identity, tenant, method
+ * and target; anything else passes untouched. Runs after the budget stage (DESIGN.md: a flood is
+ * refused at the cheapest point), so a denied call has already been counted against its budget.
+ *
+ * A denied call gets 403 with JSON-RPC code 403 and never reaches the upstream. A batch with any
+ * denied element is refused whole: forwarding part of a batch would answer some ids and not others.
+ * Each denied element's `reason` names its rule (`rule 3`) or `default`, so its audit entry says which
+ * rule fired; the other elements of a refused batch carry the batch's reason.
+ */
+export function policyStage(policy: CompiledPolicy): Stage {
+  // Built once: a single denied call, the common case, allocates nothing.
+  const byRule = policy.rules.map((_, i) => forbidden(`rule ${i}`))
+  const byDefault = forbidden('default')
+  return {
+    name: 'policy',
+    run(ex: Exchange) {
+      const calls = ex.calls
+      const identity = ex.principal?.identity ?? ''
+      const tenant = ex.principal?.tenant ?? ''
+      let firstDenied = -1
+      let refusal: Refusal | null = null
+      for (let i = 0; i < calls.length; i++) {
+        const call = calls[i]
+        if (!call.gated) continue
+        const index = policy.match(identity, tenant, call.method, call.target)
+        if (policy.effectOf(index) === 'allow') continue
+        const denial = index < 0 ? byDefault : byRule[index]
+        call.reason = denial.reason
+        if (firstDenied < 0) {
+          firstDenied = i
+          refusal = denial
+        }
+      }
+      if (refusal === null) return CONTINUE
+      if (!ex.batch) return refusal
+      return forbidden(`batch refused: element ${firstDenied} denied by ${refusal.reason}`)
+    },
+  }
+}

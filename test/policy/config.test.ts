@@ -1,0 +1,145 @@
+import { spawnSync } from 'node:child_process'
+import { existsSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { parseConfig } from '../../src/config/load'
+import { ConfigError } from '../../src/errors'
+import { tempDir } from '../helpers/harness'
+
+const BASE = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
+
+function problems(text: string, baseDir = '/srv'): string[] {
+  try {
+    parseConfig(text, { env: {}, baseDir })
+  } catch (err) {
+    if (err instanceof ConfigError) return [...err.problems]
+    throw err
+  }
+  return []
+}
+
+describe('policy configuration', () => {
+  test('no policy and no policy_file means no policy (every call allowed)', () => {
+    expect(parseConfig(BASE, { env: {}, baseDir: '/srv' }).policy).toBeNull()
+  })
+
+  test('an inline policy is read with its defaults: any tenant, method tools/call', () => {
+    const config = parseConfig(
+      `${BASE}policy:\n  default: deny\n  rules:\n    - { identity: ci-bot, tool: "read_*", effect: allow }\n    - { identity: "*", tenant: acme, method: "resources/*", tool: "*", effect: deny }\n`,
+      { env: {}, baseDir: '/srv' },
+    )
+    expect(config.policy).toEqual({
+      default: 'deny',
+      source: 'inline',
+      rules: [
+        { identity: 'ci-bot', tenant: null, method: 'tools/call', tool: 'read_*', effect: 'allow' },
+        { identity: '*', tenant: 'acme', method: 'resources/*', tool: '*', effect: 'deny' },
+      ],
+    })
+    expect(Object.isFrozen(config.policy?.rules[0])).toBe(true)
+  })
+
+  test('every problem in an inline policy is reported at once, each with its rule index', () => {
+    const found = problems(
+      [
+        BASE + 'policy:',
+        '  mode: strict',
+        '  rules:',
+        '    - { identity: a, tool: t, effect: allow }',
+        '    - { identity: a, tool: t, effect: maybe }',
+        '    - { identity: a, tool: t, effect: allow, method: tools/list }',
+        '    - { identity: a, effect: deny, tenants: acme }',
+        '    - { identity: "", tool: 7, effect: allow }',
+        '    - just a string',
+      ].join('\n'),
+    )
+    expect(found).toEqual([
+      expect.stringMatching(/^policy\.mode: unknown key \(allowed: default, rules\)$/),
+      'policy.default: is required (allow or deny)',
+      'policy.rules[1].effect: must be allow or deny',
+      expect.stringMatching(/^policy\.rules\[2\]\.method: must be one of tools\/call, resources\/list, .*, resources\/\*, prompts\/\*$/),
+      'policy.rules[3].tenants: unknown key (allowed: identity, tenant, method, tool, effect)',
+      'policy.rules[3].tool: is required',
+      'policy.rules[4].identity: must not be empty',
+      'policy.rules[4].tool: must be a string',
+      'policy.rules[5]: must be a mapping with identity, tool and effect',
+    ])
+  })
+
+  test('a policy_file is read relative to the config file, and its problems name the file', () => {
+    const dir = tempDir('wardline-policy-')
+    writeFileSync(join(dir, 'good.yaml'), 'default: allow\nrules:\n  - { identity: intern, tool: expensive_tool, effect: deny }\n')
+    writeFileSync(join(dir, 'bad.yaml'), 'default: perhaps\nrules:\n  - { identity: a, tool: t }\n  - { identity: a, tool: t, effect: deny, method: prompts/fetch }\n')
+
+    const good = parseConfig(`${BASE}policy_file: good.yaml\n`, { env: {}, baseDir: dir })
+    expect(good.policy).toEqual({
+      default: 'allow',
+      source: join(dir, 'good.yaml'),
+      rules: [{ identity: 'intern', tenant: null, method: 'tools/call', tool: 'expensive_tool', effect: 'deny' }],
+    })
+
+    const file = join(dir, 'bad.yaml')
+    expect(problems(`${BASE}policy_file: bad.yaml\n`, dir)).toEqual([
+      `${file}: default: must be allow or deny`,
+      `${file}: rules[0].effect: is required`,
+      expect.stringMatching(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: rules\\[1\\]\\.method: must be one of `)),
+    ])
+  })
+
+  test('a missing or malformed policy_file, or both forms at once, is a clear problem', () => {
+    const dir = tempDir('wardline-policy-')
+    writeFileSync(join(dir, 'broken.yaml'), 'default: [allow\n')
+    writeFileSync(join(dir, 'list.yaml'), '- default: allow\n')
+    expect(problems(`${BASE}policy_file: nowhere.yaml\n`, dir)).toEqual([`policy_file: ${join(dir, 'nowhere.yaml')} cannot be read (ENOENT)`])
+    expect(problems(`${BASE}policy_file: broken.yaml\n`, dir)).toEqual([expect.stringMatching(new RegExp(`^${join(dir, 'broken.yaml')}: not valid YAML: `))])
+    expect(problems(`${BASE}policy_file: list.yaml\n`, dir)).toEqual([`${join(dir, 'list.yaml')}: must be a mapping with default and rules`])
+    expect(problems(`${BASE}policy_file: x.yaml\npolicy: { default: allow }\n`, dir)).toEqual([
+      'policy_file: cannot be used together with an inline policy: keep one of the two',
+    ])
+    expect(problems(`${BASE}policy: deny everything\n`)).toEqual(['policy: must be a mapping with default and rules'])
+  })
+
+  test('the shipped examples/policy.yaml is valid', () => {
+    const config = parseConfig(`${BASE}policy_file: examples/policy.yaml\n`, { env: {}, baseDir: process.cwd() })
+    expect(config.policy?.rules.some((rule) => rule.effect === 'deny')).toBe(true)
+  })
+})
+
+describe('wardline check-config', () => {
+  const cli = join(process.cwd(), 'dist/src/main.js')
+
+  function checkConfig(file: string): { status: number | null; stdout: string; stderr: string } {
+    const run = spawnSync(process.execPath, [cli, 'check-config', '--config', file], { encoding: 'utf8', timeout: 20_000 })
+    return { status: run.status, stdout: run.stdout, stderr: run.stderr }
+  }
+
+  beforeAll(() => {
+    // The CLI is tested as operators run it, compiled; say so plainly when the build is missing or older than this code.
+    const built = join(process.cwd(), 'dist/src/config/policy.js')
+    if (!existsSync(cli) || !existsSync(built)) throw new Error(`${cli} is missing: run npm run build first`)
+    if (statSync(built).mtimeMs < statSync(join(process.cwd(), 'src/config/policy.ts')).mtimeMs) throw new Error('dist/ is older than src/config/policy.ts: run npm run build first')
+  })
+
+  test('reports every policy problem with its rule index and exits 1', () => {
+    const dir = tempDir('wardline-check-')
+    const file = join(dir, 'wardline.yaml')
+    writeFileSync(file, `${BASE}policy:\n  default: allow\n  rules:\n    - { identity: a, tool: t, effect: allow }\n    - { identity: a, tool: t, effect: nope }\n    - { identity: a, effect: deny }\n`)
+    const run = checkConfig(file)
+    expect(run.status).toBe(1)
+    expect(run.stderr).toContain(`${file}: 2 problems`)
+    expect(run.stderr).toContain('policy.rules[1].effect: must be allow or deny')
+    expect(run.stderr).toContain('policy.rules[2].tool: is required')
+  })
+
+  test('checks a policy_file too, and accepts a valid one', () => {
+    const dir = tempDir('wardline-check-')
+    const file = join(dir, 'wardline.yaml')
+    writeFileSync(file, `${BASE}policy_file: policy.yaml\n`)
+    writeFileSync(join(dir, 'policy.yaml'), 'default: deny\nrules:\n  - { identity: "svc-*", tool: "*", effect: allow }\n')
+    expect(checkConfig(file)).toMatchObject({ status: 0, stdout: `${file}: ok\n` })
+
+    writeFileSync(join(dir, 'policy.yaml'), 'default: deny\nrules:\n  - { identity: "svc-*", tool: "*", effect: alow }\n')
+    const run = checkConfig(file)
+    expect(run.status).toBe(1)
+    expect(run.stderr).toContain(`${join(dir, 'policy.yaml')}: rules[0].effect: must be allow or deny`)
+  })
+})
