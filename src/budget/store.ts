@@ -40,6 +40,9 @@ export interface AdmitResult {
  * order is reported. Each bucket is a fixed window that opens at its first charge and ends
  * `windowSeconds` later; a charge after the end opens a new window. Concurrent calls never admit
  * more than a limit allows. `admit` rejects only on a store failure, never for a refusal.
+ * The keys in one call are distinct (the budget stage sums a batch's costs per bucket), and a
+ * refused call still returns every bucket's state, with the counts as they were before it.
+ * test/budget/store-contract.ts holds the suite every implementation runs.
  */
 export interface BudgetStore {
   admit(charges: readonly BucketCharge[]): Promise<AdmitResult>

@@ -11,6 +11,7 @@ export function readBudget(r: Reader, value: unknown): BudgetConfig {
   const o = r.object(value, 'budget', [...LIMIT_KEYS, 'tenants', 'tools', 'check_timeout_seconds', 'on_store_error'])
   const top = readLimit(r, o, 'budget', { requestsPerWindow: 100, windowSeconds: 60 })
   return {
+    configured: value !== undefined && value !== null,
     ...top,
     tenants: readOverrides(r, o.tenants, 'budget.tenants', top),
     tools: readOverrides(r, o.tools, 'budget.tools', top),

@@ -1,0 +1,222 @@
+/**
+ * Budget enforcement seen from outside: a real gateway between fetch and the example MCP server,
+ * counting in a real MemoryBudgetStore whose clock the tests move.
+ */
+import { type BudgetHarness, startBudgetHarness } from './budget-harness'
+import { rpc, toolCall } from '../helpers/harness'
+
+const EXAMPLE_BUDGET = {
+  requests_per_window: 3,
+  window_seconds: 60,
+  tenants: { acme: { requests_per_window: 5, window_seconds: 60 } },
+  tools: { expensive_tool: { requests_per_window: 2, window_seconds: 30 } },
+}
+
+let h: BudgetHarness
+afterEach(async () => {
+  await h.close()
+})
+
+const echo = (id: number | string = 1) => toolCall('echo', { text: 'hi' }, id)
+const expensive = (id: number | string = 1) => toolCall('expensive_tool', {}, id)
+
+describe('a throttled call', () => {
+  beforeEach(async () => {
+    h = await startBudgetHarness({ budget: EXAMPLE_BUDGET })
+  })
+
+  test('gets a 429 with Retry-After, no-store, the RateLimit fields and a JSON-RPC error echoing its id', async () => {
+    for (let i = 0; i < 3; i++) expect((await h.post(echo(i))).status).toBe(200)
+    h.advance(13)
+    const res = await h.post(echo('call-4'))
+    expect(res.status).toBe(429)
+    expect(res.headers.get('retry-after')).toBe('47')
+    expect(res.headers.get('cache-control')).toBe('no-store')
+    expect(res.headers.get('content-type')).toBe('application/json')
+    expect(res.headers.get('mcp-session-id')).toBeNull()
+    expect(res.headers.get('ratelimit-policy')).toBe('"tenant";q=5;w=60, "identity";q=3;w=60')
+    expect(res.headers.get('ratelimit')).toBe('"tenant";r=2;t=47, "identity";r=0;t=47')
+    expect(res.json).toEqual({
+      jsonrpc: '2.0',
+      id: 'call-4',
+      error: { code: 429, message: 'Rate limit exceeded', data: { retry_after_seconds: 47, bucket: 'identity' } },
+    })
+  })
+
+  test('is audited as throttled with the refusing bucket, its limit and window, and the tool', async () => {
+    for (let i = 0; i < 4; i++) await h.post(echo(i))
+    const entries = await h.audit()
+    expect(entries.map((e) => e.decision)).toEqual(['allow', 'allow', 'allow', 'throttled'])
+    expect(entries[0].reason).toBeUndefined() // an ordinary allow has an empty reason
+    expect(entries[3]).toMatchObject({
+      identity: 'alice',
+      tenant: 'acme',
+      method: 'tools/call',
+      tool: 'echo',
+      status: 429,
+      reason: 'rate limit exceeded: identity bucket, 3 requests per 60s window',
+    })
+  })
+
+  test('names the tool bucket when the tool ran out first, with the tool window in Retry-After', async () => {
+    await h.post(expensive(1), 'alice')
+    await h.post(expensive(2), 'bob')
+    const res = await h.post(expensive(3), 'carol')
+    expect(res.status).toBe(429)
+    expect(res.json.error.data).toEqual({ retry_after_seconds: 30, bucket: 'tool' })
+    expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=3;w=60')
+    expect((await h.audit()).at(-1)).toMatchObject({ identity: 'carol', tool: 'expensive_tool', reason: 'rate limit exceeded: tool bucket, 2 requests per 30s window' })
+  })
+
+  test('Retry-After is whole seconds rounded up, and at least 1', async () => {
+    for (let i = 0; i < 3; i++) await h.post(echo(i))
+    h.advance(59.6)
+    const res = await h.post(echo())
+    expect(res.headers.get('retry-after')).toBe('1')
+    expect(res.json.error.data.retry_after_seconds).toBe(1)
+  })
+})
+
+describe('an admitted call', () => {
+  beforeEach(async () => {
+    h = await startBudgetHarness({ budget: EXAMPLE_BUDGET })
+  })
+
+  test('is forwarded with the remaining counts of every bucket that applies', async () => {
+    const res = await h.post(expensive())
+    expect(res.status).toBe(200)
+    expect(res.json.result.content[0].text).toBe('expensive result')
+    expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=3;w=60')
+    expect(res.headers.get('ratelimit')).toBe('"tool";r=1;t=30, "tenant";r=4;t=60, "identity";r=2;t=60')
+  })
+
+  test('of an unlisted tenant and an unlisted tool is checked against its identity bucket only', async () => {
+    const res = await h.post(echo(), 'dave', 'globex')
+    expect(res.headers.get('ratelimit-policy')).toBe('"identity";q=3;w=60')
+    expect(res.headers.get('ratelimit')).toBe('"identity";r=2;t=60')
+  })
+
+  test('methods other than tools/call are neither counted nor given RateLimit fields', async () => {
+    for (let i = 0; i < 5; i++) {
+      const res = await h.post(rpc('tools/list', {}, i))
+      expect(res.status).toBe(200)
+      expect(res.headers.get('ratelimit')).toBeNull()
+    }
+    expect((await h.post(rpc('ping', undefined, 9))).status).toBe(200)
+    expect((await h.post(echo())).headers.get('ratelimit')).toBe('"tenant";r=4;t=60, "identity";r=2;t=60')
+  })
+})
+
+describe('buckets', () => {
+  beforeEach(async () => {
+    h = await startBudgetHarness({ budget: EXAMPLE_BUDGET })
+  })
+
+  test('a tenant bucket is shared: once it is spent, its other identities are throttled too, other tenants are not', async () => {
+    for (const who of ['alice', 'alice', 'alice', 'bob', 'bob']) expect((await h.post(echo(), who)).status).toBe(200)
+    const carol = await h.post(echo(), 'carol')
+    expect(carol.status).toBe(429)
+    expect(carol.json.error.data.bucket).toBe('tenant')
+    expect((await h.post(echo(), 'carol', 'globex')).status).toBe(200)
+  })
+
+  test('a tool bucket is shared by every caller of that tool, whatever their tenant', async () => {
+    expect((await h.post(expensive(), 'alice', 'acme')).status).toBe(200)
+    expect((await h.post(expensive(), 'zed', 'globex')).status).toBe(200)
+    expect((await h.post(expensive(), 'yan', 'initech')).status).toBe(429)
+    expect((await h.post(echo(), 'yan', 'initech')).status).toBe(200) // other tools are not held back
+  })
+
+  test('the same identity name in two tenants has two independent buckets', async () => {
+    for (let i = 0; i < 3; i++) await h.post(echo(), 'alice', 'globex')
+    expect((await h.post(echo(), 'alice', 'globex')).status).toBe(429)
+    expect((await h.post(echo(), 'alice', 'initech')).status).toBe(200)
+  })
+
+  test('a call refused by the identity bucket leaves the tool and tenant counts untouched', async () => {
+    h = await restart({ ...EXAMPLE_BUDGET, requests_per_window: 1 })
+    expect((await h.post(expensive(), 'alice')).headers.get('ratelimit')).toBe('"tool";r=1;t=30, "tenant";r=4;t=60, "identity";r=0;t=60')
+    const refused = await h.post(expensive(), 'alice')
+    expect(refused.status).toBe(429)
+    expect(refused.json.error.data.bucket).toBe('identity')
+    expect(refused.headers.get('ratelimit')).toBe('"tool";r=1;t=30, "tenant";r=4;t=60, "identity";r=0;t=60')
+    expect((await h.post(expensive(), 'bob')).headers.get('ratelimit')).toBe('"tool";r=0;t=30, "tenant";r=3;t=60, "identity";r=0;t=60')
+  })
+
+  test('a window reopens after window_seconds from its first call, and Retry-After said when', async () => {
+    for (let i = 0; i < 3; i++) await h.post(echo(), 'alice', 'globex')
+    h.advance(20)
+    const refused = await h.post(echo(), 'alice', 'globex')
+    expect(refused.headers.get('retry-after')).toBe('40')
+    h.advance(40)
+    const res = await h.post(echo(), 'alice', 'globex')
+    expect(res.status).toBe(200)
+    expect(res.headers.get('ratelimit')).toBe('"identity";r=2;t=60')
+  })
+})
+
+describe('batches', () => {
+  beforeEach(async () => {
+    h = await startBudgetHarness({ budget: { ...EXAMPLE_BUDGET, requests_per_window: 4 } })
+  })
+
+  test('each tools/call element counts and the batch is charged together', async () => {
+    const res = await h.post([echo(1), rpc('tools/list', {}, 2), expensive(3), expensive(4)])
+    expect(res.status).toBe(200)
+    expect(res.json.map((r: { id: number }) => r.id)).toEqual([1, 2, 3, 4])
+    expect(res.headers.get('ratelimit')).toBe('"tool";r=0;t=30, "tenant";r=2;t=60, "identity";r=1;t=60')
+  })
+
+  test('a batch that does not fit is refused whole with id null, and charges nothing', async () => {
+    await h.post([echo(1), echo(2), echo(3)])
+    const res = await h.post([echo(4), rpc('tools/list', {}, 5), echo(6)])
+    expect(res.status).toBe(429)
+    expect(res.json).toEqual({ jsonrpc: '2.0', id: null, error: { code: 429, message: 'Rate limit exceeded', data: { retry_after_seconds: 60, bucket: 'identity' } } })
+    expect((await h.post(echo(7))).status).toBe(200) // the last slot is still there
+    const entries = (await h.audit()).slice(3) // after the first batch's three entries
+    expect(entries.map((e) => [e.method, e.decision])).toEqual([
+      ['tools/call', 'throttled'],
+      ['tools/call', 'throttled'],
+      ['tools/list', 'throttled'],
+      ['tools/call', 'allow'],
+    ])
+  })
+
+  test('a batch calling a listed tool more often than its limit is refused by the tool bucket', async () => {
+    const res = await h.post([expensive(1), expensive(2), expensive(3)])
+    expect(res.status).toBe(429)
+    expect(res.json.error.data.bucket).toBe('tool')
+    expect((await h.post(expensive(4))).status).toBe(200)
+  })
+})
+
+describe('exactness under load', () => {
+  test('50 concurrent callers against a limit of 10 get exactly 10 answers from the MCP server', async () => {
+    h = await startBudgetHarness({ budget: { requests_per_window: 100, tools: { expensive_tool: { requests_per_window: 10, window_seconds: 60 } } } })
+    const statuses = await Promise.all(Array.from({ length: 50 }, (_, i) => h.post(expensive(i), `user-${i}`).then((r) => r.status)))
+    expect(statuses.filter((s) => s === 200)).toHaveLength(10)
+    expect(statuses.filter((s) => s === 429)).toHaveLength(40)
+  })
+
+  test('an overload of 5× the limit over several windows admits exactly limit × windows, as the audit trail shows', async () => {
+    const limit = 6
+    const windows = 4
+    h = await startBudgetHarness({ budget: { requests_per_window: limit, window_seconds: 2 } })
+    let admitted = 0
+    for (let w = 0; w < windows; w++) {
+      const statuses = await Promise.all(Array.from({ length: limit * 5 }, (_, i) => h.post(echo(i)).then((r) => r.status)))
+      admitted += statuses.filter((s) => s === 200).length
+      expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([])
+      h.advance(2)
+    }
+    expect(admitted).toBe(limit * windows)
+    const entries = await h.audit()
+    expect(entries.filter((e) => e.decision === 'allow')).toHaveLength(limit * windows)
+    expect(entries.filter((e) => e.decision === 'throttled')).toHaveLength(limit * windows * 4)
+  })
+})
+
+async function restart(budget: Record<string, unknown>): Promise<BudgetHarness> {
+  await h.close()
+  return startBudgetHarness({ budget })
+}

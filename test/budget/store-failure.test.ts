@@ -1,0 +1,116 @@
+/**
+ * What callers and operators see when the budget store fails or hangs (DESIGN.md: "Fail open,
+ * visibly"), and what startup says about the budget configuration.
+ */
+import type { AdmitResult, BudgetStore } from '../../src/budget/store'
+import { toolCall } from '../helpers/harness'
+import { type BudgetHarness, startBudgetHarness } from './budget-harness'
+
+/** A store whose database is down: every check rejects. */
+class BrokenStore implements BudgetStore {
+  checks = 0
+  admit(): Promise<AdmitResult> {
+    this.checks++
+    return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+  }
+  async close(): Promise<void> {}
+}
+
+/** A store whose database stopped answering: checks never settle. */
+class HungStore implements BudgetStore {
+  admit(): Promise<AdmitResult> {
+    return new Promise(() => undefined)
+  }
+  async close(): Promise<void> {}
+}
+
+let h: BudgetHarness
+afterEach(async () => {
+  await h.close()
+})
+
+const echo = (id = 1) => toolCall('echo', { text: 'hi' }, id)
+
+async function text(path: string): Promise<string> {
+  return (await fetch(`${h.url}${path}`)).text()
+}
+
+describe('a failing store with on_store_error: open (the default)', () => {
+  test('admits the call without RateLimit fields, audits why, counts it and warns once', async () => {
+    h = await startBudgetHarness({ budget: { requests_per_window: 1 }, store: new BrokenStore() })
+    for (let i = 0; i < 3; i++) {
+      const res = await h.post(echo(i))
+      expect(res.status).toBe(200)
+      expect(res.headers.get('ratelimit')).toBeNull()
+    }
+    const entries = await h.audit()
+    expect(entries.map((e) => [e.decision, e.reason])).toEqual(
+      Array(3).fill(['allow', 'budget check failed open: connect ECONNREFUSED 127.0.0.1:5432']),
+    )
+    const metrics = await text('/metrics')
+    expect(metrics).toContain('wardline_budget_fail_open_total 3')
+    expect(metrics).toContain('wardline_budget_store_errors_total 3')
+    const warnings = h.logs.filter((l) => l.level === 'warn' && String(l.message).startsWith('budget check failed'))
+    expect(warnings).toHaveLength(1)
+    expect(warnings[0].error).toBe('connect ECONNREFUSED 127.0.0.1:5432')
+    expect(JSON.parse(await text('/readyz'))).toMatchObject({ budget_fail_opens_last_minute: 3 })
+  })
+
+  test('a store that hangs is given up on after check_timeout_seconds and the call goes through', async () => {
+    h = await startBudgetHarness({ budget: { check_timeout_seconds: 0.05 }, store: new HungStore() })
+    const started = performance.now()
+    const res = await h.post(echo())
+    expect(res.status).toBe(200)
+    expect(performance.now() - started).toBeLessThan(2000)
+    const [entry] = await h.audit()
+    expect(entry).toMatchObject({ decision: 'allow', reason: 'budget check failed open: budget check took longer than 0.05s (budget.check_timeout_seconds)' })
+  })
+})
+
+describe('a failing store with on_store_error: closed', () => {
+  test('answers 503 with Retry-After, forwards nothing and audits the code and the cause', async () => {
+    h = await startBudgetHarness({ budget: { on_store_error: 'closed' }, store: new BrokenStore() })
+    const seenBefore = h.upstream.seen.length
+    const res = await h.post(echo(7))
+    expect(res.status).toBe(503)
+    expect(res.headers.get('retry-after')).toBe('1')
+    expect(res.json).toEqual({ jsonrpc: '2.0', id: 7, error: { code: 503, message: 'Service unavailable' } })
+    expect(h.upstream.seen.length).toBe(seenBefore)
+    const [entry] = await h.audit()
+    expect(entry.decision).toBe('error')
+    expect(entry.reason).toMatch(/^WL_BUDGET_STORE_FAILED: budget check failed and budget.on_store_error is closed: connect ECONNREFUSED/)
+    expect(await text('/metrics')).toContain('wardline_budget_fail_open_total 0')
+  })
+
+  test('calls that are not tools/call never reach the store', async () => {
+    const store = new BrokenStore()
+    h = await startBudgetHarness({ budget: { on_store_error: 'closed' }, store })
+    expect((await h.post({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} })).status).toBe(200)
+    expect(store.checks).toBe(0)
+  })
+})
+
+describe('startup', () => {
+  test('with the feature off, a budget: block is ignored (and said so) and nothing is counted', async () => {
+    h = await startBudgetHarness({ features: { budget_enforcement: false }, budget: { requests_per_window: 1 } })
+    expect(h.logs.some((l) => l.level === 'warn' && /budget_enforcement is false: the budget: block is ignored/.test(l.message))).toBe(true)
+    for (let i = 0; i < 3; i++) {
+      const res = await h.post(echo(i))
+      expect(res.status).toBe(200)
+      expect(res.headers.get('ratelimit')).toBeNull()
+    }
+    expect(JSON.parse(await text('/readyz'))).not.toHaveProperty('budget_fail_opens_last_minute')
+  })
+
+  test('with the feature off and no budget: block, nothing is said about budgets', async () => {
+    h = await startBudgetHarness({ features: { budget_enforcement: false } })
+    expect(h.logs.some((l) => /budget/.test(l.message))).toBe(false)
+  })
+
+  test('with the feature on and the memory store, startup says the limits are per process', async () => {
+    h = await startBudgetHarness({ budget: { requests_per_window: 1 } })
+    // The harness injects a MemoryBudgetStore (with a test clock): the notice is about the kind of store.
+    expect(h.logs.some((l) => l.level === 'info' && /limits are per process/.test(l.message))).toBe(true)
+    expect(JSON.parse(await text('/readyz'))).toMatchObject({ status: 'ready', budget_fail_opens_last_minute: 0 })
+  })
+})
