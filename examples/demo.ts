@@ -4,6 +4,8 @@
  */
 import { loadConfig } from '../src/config/load'
 import { serve } from '../src/cli/serve'
+import { mintToken } from '../src/cli/token'
+import type { Config } from '../src/config/types'
 import { startExampleServer } from './mcp-server'
 
 async function main(): Promise<void> {
@@ -13,17 +15,34 @@ async function main(): Promise<void> {
   const example = await startExampleServer({ port: Number(upstream.port || 80), host: upstream.hostname })
   process.stderr.write(`example MCP server on ${example.url}/mcp\n`)
   const gateway = await serve(configPath)
+  const credentials = await demoCredentials(config)
   process.stderr.write(
     [
       '',
       `Wardline is listening on ${gateway.url}/mcp (audit trail: ${config.audit.output ?? 'postgres'})`,
+      ...credentials.notes,
       'Try it:',
       `  curl -s ${gateway.url}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \\`,
-      `    -H 'x-wardline-identity: alice' -H 'x-wardline-tenant: acme' \\`,
+      `    ${credentials.headers} \\`,
       `    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'`,
       '',
     ].join('\n'),
   )
+}
+
+/** The curl headers that get alice of tenant acme in, whatever auth mode the config uses. */
+async function demoCredentials(config: Config): Promise<{ headers: string; notes: string[] }> {
+  if (config.auth.mode === 'header') {
+    return { headers: `-H 'x-wardline-identity: alice' -H 'x-wardline-tenant: acme'`, notes: [] }
+  }
+  if (config.auth.jwt.secret === null) {
+    return { headers: `-H "authorization: Bearer $TOKEN"`, notes: ['Set TOKEN to a token from your identity provider (this config verifies asymmetric keys).'] }
+  }
+  const token = await mintToken(config, { sub: 'alice', tenant: 'acme', ttlSeconds: 3600 })
+  return {
+    headers: `-H 'authorization: Bearer ${token}'`,
+    notes: ['A token for alice (tenant acme), valid for 1 hour; mint others with: node dist/src/main.js token --sub bob --tenant acme'],
+  }
 }
 
 main().catch((err) => {

@@ -49,11 +49,14 @@ export function describeError(err: unknown): string {
   const parts: string[] = []
   let current: unknown = err
   for (let depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
-    if (current instanceof Error) {
-      const code = (current as { code?: unknown }).code
-      const text = current.message || current.name
+    // Duck-typed, not instanceof: errors from another realm (undici's under jest, vm contexts) are
+    // still errors, and losing their message and cause would hide what failed.
+    if (typeof current === 'object' && typeof (current as Error).message === 'string') {
+      const e = current as Error
+      const code = (e as { code?: unknown }).code
+      const text = e.message || e.name
       parts.push(typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text)
-      current = (current as { cause?: unknown }).cause
+      current = (e as { cause?: unknown }).cause
     } else {
       parts.push(String(current))
       break

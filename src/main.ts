@@ -3,6 +3,7 @@ import { Command } from 'commander'
 import { loadConfig } from './config/load'
 import { ConfigError, describeError } from './errors'
 import { serve } from './cli/serve'
+import { type TokenOptions, parseClaim, tokenCommand } from './cli/token'
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { version } = require('../../package.json') as { version: string }
@@ -36,6 +37,17 @@ export function buildCli(): Command {
         }
         process.exitCode = 1
       }
+    })
+  program
+    .command('token')
+    .description('print a token signed with the configured auth.jwt.secret (for trying the gateway; HS configs only)')
+    .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
+    .requiredOption('--sub <identity>', 'the identity (the auth.jwt.identity_claim claim)')
+    .option('--tenant <tenant>', 'the tenant (the auth.jwt.tenant_claim claim); omitted means tenant "default"')
+    .option('--ttl <duration>', 'lifetime: 90s, 30m, 1h, 7d', '1h')
+    .option('--claim <key=value>', 'an extra claim (repeatable; JSON values are parsed)', (v: string, acc: Record<string, unknown>) => parseClaim(v, acc), {})
+    .action(async (opts: TokenOptions) => {
+      await tokenCommand(opts)
     })
   return program
 }

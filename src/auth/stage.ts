@@ -11,6 +11,8 @@ export interface AuthFailure {
   readonly reason: string
   /** RFC 6750 §3.1 error code when one applies: a token was presented and is not acceptable. */
   readonly bearerError: 'invalid_token' | 'invalid_request' | null
+  /** For operators only (appended to the audit reason): the underlying cause, e.g. why a JWKS fetch failed. */
+  readonly detail?: string
 }
 
 /**
@@ -49,7 +51,7 @@ function unauthorized(failure: AuthFailure, challenge: string): Refusal {
   return {
     status: 401,
     decision: 'unauthorized',
-    reason: failure.reason,
+    reason: failure.detail === undefined ? failure.reason : `${failure.reason} (${failure.detail})`,
     message: `Unauthorized: ${failure.reason}`,
     headers: { 'www-authenticate': header, 'cache-control': 'no-store' },
   }

@@ -24,7 +24,7 @@ export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => 
 function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string): JwtConfig {
   const o = r.object(value, 'auth.jwt', [
     ...KEY_SOURCES, 'issuer', 'audience', 'algorithms', 'identity_claim', 'tenant_claim', 'require_tenant',
-    'clock_tolerance_seconds', 'jwks_timeout_seconds', 'jwks_cache_seconds', 'cache_entries',
+    'clock_tolerance_seconds', 'jwks_timeout_seconds', 'jwks_cache_seconds', 'jwks_cooldown_seconds', 'cache_entries',
   ])
   const secret = r.optionalString(o.secret, 'auth.jwt.secret')
   if (secret !== null && Buffer.byteLength(secret) < MIN_SECRET_BYTES) {
@@ -64,6 +64,9 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
     clockToleranceSeconds: r.int(o.clock_tolerance_seconds, 'auth.jwt.clock_tolerance_seconds', 30, 0, 3600),
     jwksTimeoutSeconds: r.number(o.jwks_timeout_seconds, 'auth.jwt.jwks_timeout_seconds', 5, 0, 60, true),
     jwksCacheSeconds: r.int(o.jwks_cache_seconds, 'auth.jwt.jwks_cache_seconds', 600, 1, 86_400),
+    // An unknown kid refetches the JWKS (key rotation), at most once per cooldown, so a flood of
+    // tokens with made-up kids cannot turn into a flood of requests to the identity provider.
+    jwksCooldownSeconds: r.int(o.jwks_cooldown_seconds, 'auth.jwt.jwks_cooldown_seconds', 30, 0, 3600),
     cacheEntries: r.int(o.cache_entries, 'auth.jwt.cache_entries', 10_000, 0, 1_000_000),
   }
 }

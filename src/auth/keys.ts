@@ -1,0 +1,160 @@
+import { readFileSync } from 'node:fs'
+import {
+  type CryptoKey,
+  type JWK,
+  type JWTHeaderParameters,
+  type JWTVerifyGetKey,
+  errors,
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  importSPKI,
+  importX509,
+} from 'jose'
+import type { JwtConfig } from '../config/types'
+import { WardlineError, describeError } from '../errors'
+import { type Logger, RateLimitedLog } from '../log'
+
+/**
+ * The secret the default wardline.yaml falls back to when WARDLINE_JWT_SECRET is not set, so that
+ * `npm start` works out of the box. It is public (it is in this file and in the docs): anyone can mint
+ * tokens for a gateway that uses it, and startup says so.
+ */
+export const DEVELOPMENT_SECRET = 'wardline-development-secret-do-not-use-in-production'
+
+/** What jwtVerify is given: one key (the common case, no lookup per token) or a lookup by header. */
+export type VerificationKey = CryptoKey | JWTVerifyGetKey
+
+export interface VerificationKeys {
+  readonly key: VerificationKey
+  /** For the startup log line: which source, never the secret. */
+  readonly description: string
+  close(): void
+}
+
+/**
+ * Loads the configured key source once, before the first request: HS secrets and PEM keys are imported
+ * as CryptoKeys (one per allowed algorithm, since a CryptoKey is bound to its algorithm), a JWKS file
+ * is parsed, a JWKS URL is fetched once to warm it. A broken file or key is a config error here, not a
+ * 401 on every request later.
+ */
+export async function loadKeys(config: JwtConfig, log: Logger): Promise<VerificationKeys> {
+  if (config.secret !== null) return hmacKeys(config.secret, config.algorithms, log)
+  if (config.publicKeyFile !== null) return publicKeys(config.publicKeyFile, config.algorithms)
+  if (config.jwksFile !== null) return jwksFileKeys(config.jwksFile)
+  if (config.jwksUrl !== null) return remoteKeys(config, log)
+  throw new WardlineError('WL_CONFIG_INVALID', 'auth.jwt: no key source configured')
+}
+
+const HMAC_HASH: Readonly<Record<string, string>> = { HS256: 'SHA-256', HS384: 'SHA-384', HS512: 'SHA-512' }
+
+async function hmacKeys(secret: string, algorithms: readonly string[], log: Logger): Promise<VerificationKeys> {
+  if (secret === DEVELOPMENT_SECRET) {
+    log.warn('auth.jwt.secret is the public development secret: anyone can mint tokens for this gateway; set WARDLINE_JWT_SECRET before exposing it')
+  }
+  const bytes = new TextEncoder().encode(secret)
+  // A CryptoKey is verified about twice as fast as raw bytes, which jose would import on every call.
+  const keys = new Map<string, CryptoKey>()
+  for (const alg of algorithms) {
+    keys.set(alg, await crypto.subtle.importKey('raw', bytes, { name: 'HMAC', hash: HMAC_HASH[alg] }, false, ['verify']))
+  }
+  return { key: byAlgorithm(keys), description: `HMAC secret (${algorithms.join(', ')})`, close: noop }
+}
+
+async function publicKeys(path: string, algorithms: readonly string[]): Promise<VerificationKeys> {
+  const pem = readKeyFile(path, 'auth.jwt.public_key_file')
+  const keys = new Map<string, CryptoKey>()
+  for (const alg of algorithms) {
+    try {
+      keys.set(alg, pem.includes('-----BEGIN CERTIFICATE-----') ? await importX509(pem, alg) : await importSPKI(pem, alg))
+    } catch (err) {
+      throw new WardlineError('WL_CONFIG_INVALID', `auth.jwt.public_key_file: ${path} is not a public key usable with ${alg} (${describeError(err)})`, { cause: err })
+    }
+  }
+  return { key: byAlgorithm(keys), description: `public key ${path} (${algorithms.join(', ')})`, close: noop }
+}
+
+function jwksFileKeys(path: string): VerificationKeys {
+  const text = readKeyFile(path, 'auth.jwt.jwks_file')
+  let jwks: { keys: JWK[] }
+  try {
+    jwks = JSON.parse(text) as { keys: JWK[] }
+    const key = createLocalJWKSet(jwks)
+    return { key, description: `JWKS file ${path} (${jwks.keys.length} keys)`, close: noop }
+  } catch (err) {
+    throw new WardlineError('WL_CONFIG_INVALID', `auth.jwt.jwks_file: ${path} is not a JSON Web Key Set (${describeError(err)})`, { cause: err })
+  }
+}
+
+/**
+ * A remote JWKS, kept fresh in the background so that no request waits on the identity provider once
+ * the keys are known. jose refetches by itself when a token names an unknown kid (key rotation), at
+ * most once per cooldown. If a refresh fails, the keys already known stay in use. Only when no key was
+ * ever fetched, or an unknown kid needs a refetch, does a request wait, and never longer than the
+ * fetch timeout.
+ */
+async function remoteKeys(config: JwtConfig, log: Logger): Promise<VerificationKeys> {
+  const url = config.jwksUrl as string
+  const timeoutMs = Math.ceil(config.jwksTimeoutSeconds * 1000)
+  const remote = createRemoteJWKSet(new URL(url), {
+    timeoutDuration: timeoutMs,
+    cooldownDuration: config.jwksCooldownSeconds * 1000,
+    // Freshness is ours (the timer below), so a slow or dead provider never sits on the request path.
+    cacheMaxAge: Number.POSITIVE_INFINITY,
+  })
+  const warnings = new RateLimitedLog(log)
+  const refresh = (): Promise<void> =>
+    remote.reload().catch((err: unknown) => {
+      warnings.warn('jwks', 'cannot refresh the JWKS; verifying with the keys already known', { jwks_url: url, error: fetchProblem(err, config.jwksTimeoutSeconds) })
+    })
+  await refresh()
+  const timer = setInterval(() => void refresh(), config.jwksCacheSeconds * 1000)
+  timer.unref()
+
+  const key: JWTVerifyGetKey = async (header, token) => {
+    try {
+      return await remote(header, token)
+    } catch (err) {
+      if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWKSMultipleMatchingKeys) throw err
+      throw new WardlineError('WL_AUTH_KEYS_UNAVAILABLE', `JWKS ${fetchProblem(err, config.jwksTimeoutSeconds)}`, { cause: err })
+    }
+  }
+  return { key, description: `JWKS ${url}`, close: () => clearInterval(timer) }
+}
+
+function fetchProblem(err: unknown, timeoutSeconds: number): string {
+  if (err instanceof errors.JWKSTimeout) return `fetch timed out after ${timeoutSeconds}s`
+  // jose's own words: not a 200, not JSON, not a key set.
+  if (err instanceof errors.JOSEError) return `fetch failed: ${err.message}`
+  return `fetch failed: ${rootCause(err)}`
+}
+
+/**
+ * fetch() reports "fetch failed" with the socket error (ECONNREFUSED, ENOTFOUND…) some causes down.
+ * Duck-typed rather than instanceof: undici's errors may come from another realm (jest's sandbox).
+ */
+function rootCause(err: unknown): string {
+  let text = String(err)
+  let current = err as { message?: unknown; code?: unknown; cause?: unknown } | undefined
+  for (let depth = 0; current && typeof current === 'object' && depth < 5; depth++) {
+    if (typeof current.code === 'string') text = current.code
+    else if (typeof current.message === 'string' && current.message) text = current.message
+    current = current.cause as typeof current
+  }
+  return text
+}
+
+function byAlgorithm(keys: Map<string, CryptoKey>): VerificationKey {
+  // jose checks the alg header against `algorithms` before it asks for a key, so the lookup cannot miss.
+  if (keys.size === 1) return keys.values().next().value as CryptoKey
+  return (header: JWTHeaderParameters) => keys.get(header.alg) as CryptoKey
+}
+
+function readKeyFile(path: string, key: string): string {
+  try {
+    return readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new WardlineError('WL_CONFIG_INVALID', `${key}: ${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? describeError(err)})`, { cause: err })
+  }
+}
+
+function noop(): void {}

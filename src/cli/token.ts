@@ -1,0 +1,85 @@
+import { SignJWT } from 'jose'
+import { loadConfig } from '../config/load'
+import type { Config } from '../config/types'
+import { WardlineError } from '../errors'
+
+export interface TokenRequest {
+  /** The identity (goes into `auth.jwt.identity_claim`, `sub` by default). */
+  readonly sub: string
+  /** The tenant (goes into `auth.jwt.tenant_claim`); omitted means the gateway's `default` tenant. */
+  readonly tenant?: string
+  readonly ttlSeconds: number
+  /** Extra claims; they never override iss, aud, iat, exp or the identity and tenant claims. */
+  readonly claims?: Readonly<Record<string, unknown>>
+}
+
+const MAX_TTL_SECONDS = 365 * 86_400
+const UNITS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_400 }
+
+/**
+ * Signs a token the configured gateway accepts, with its HS secret. Only for symmetric configs: with
+ * a JWKS or a public key, the signing key belongs to the identity provider and Wardline never holds it.
+ */
+export async function mintToken(config: Config, request: TokenRequest, now: () => number = Date.now): Promise<string> {
+  if (config.auth.mode !== 'jwt') {
+    throw new WardlineError('WL_CONFIG_INVALID', 'auth.mode is header: this gateway reads X-Wardline-Identity and accepts no tokens')
+  }
+  const jwt = config.auth.jwt
+  if (jwt.secret === null) {
+    const source = jwt.jwksUrl !== null ? 'jwks_url' : jwt.jwksFile !== null ? 'jwks_file' : 'public_key_file'
+    throw new WardlineError(
+      'WL_CONFIG_INVALID',
+      `this gateway verifies tokens with auth.jwt.${source} (asymmetric keys): only your identity provider holds the signing key, so get a token from it; wardline token works only with auth.jwt.secret`,
+    )
+  }
+  const issuedAt = Math.floor(now() / 1000)
+  const payload: Record<string, unknown> = { ...request.claims, [jwt.identityClaim]: request.sub }
+  if (request.tenant !== undefined) payload[jwt.tenantClaim] = request.tenant
+  const token = new SignJWT(payload)
+    .setProtectedHeader({ alg: jwt.algorithms[0], typ: 'JWT' })
+    .setIssuedAt(issuedAt)
+    .setExpirationTime(issuedAt + request.ttlSeconds)
+  if (jwt.issuer !== null) token.setIssuer(jwt.issuer)
+  if (jwt.audience.length > 0) token.setAudience(jwt.audience[0])
+  return token.sign(new TextEncoder().encode(jwt.secret))
+}
+
+/** `1h`, `30m`, `90s`, `7d` or a bare number of seconds. */
+export function parseTtl(text: string): number {
+  const match = /^(\d+)([smhd]?)$/.exec(text.trim())
+  const seconds = match === null ? NaN : Number(match[1]) * UNITS[match[2] || 's']
+  if (!(seconds >= 1 && seconds <= MAX_TTL_SECONDS)) {
+    throw new WardlineError('WL_CONFIG_INVALID', `--ttl ${text}: must be like 90s, 30m, 1h or 7d, between 1s and 365d`)
+  }
+  return seconds
+}
+
+/** `k=v`: v is read as JSON when it parses (numbers, true, lists), otherwise kept as a string. */
+export function parseClaim(text: string, into: Record<string, unknown> = {}): Record<string, unknown> {
+  const eq = text.indexOf('=')
+  if (eq <= 0) throw new WardlineError('WL_CONFIG_INVALID', `--claim ${text}: must be key=value`)
+  const raw = text.slice(eq + 1)
+  let value: unknown
+  try {
+    value = JSON.parse(raw)
+  } catch {
+    value = raw
+  }
+  into[text.slice(0, eq)] = value
+  return into
+}
+
+export interface TokenOptions {
+  readonly config: string
+  readonly sub: string
+  readonly tenant?: string
+  readonly ttl: string
+  readonly claim: Record<string, unknown>
+}
+
+/** `wardline token`: prints one token on stdout, nothing else, so `$(wardline token …)` works. */
+export async function tokenCommand(options: TokenOptions): Promise<void> {
+  const config = loadConfig(options.config)
+  const token = await mintToken(config, { sub: options.sub, tenant: options.tenant, ttlSeconds: parseTtl(options.ttl), claims: options.claim })
+  process.stdout.write(`${token}\n`)
+}

@@ -1,0 +1,104 @@
+/**
+ * Keys from a JSON Web Key Set: a real JWKS server on port 0 (rotation, outage, a provider that hangs)
+ * and a JWKS file, all through a real gateway.
+ */
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { type Harness, MCP_HEADERS, rpc, startHarness, tempDir } from '../helpers/harness'
+import { type JwksServer, hour, rsaKey, signWith, startJwksServer, startSilentServer } from './forge'
+
+const CLAIMS = { sub: 'alice', tenant: 'acme' }
+
+async function listTools(h: Harness, token: string): Promise<{ status: number; message?: string }> {
+  const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` }, body: JSON.stringify(rpc('tools/list')) })
+  const body = (await res.json()) as { error: { message: string } }
+  return res.status === 200 ? { status: 200 } : { status: res.status, message: body.error.message }
+}
+
+describe('a remote JWKS', () => {
+  let jwks: JwksServer
+  let h: Harness
+  afterEach(async () => {
+    await h?.close()
+    await jwks?.close()
+  })
+
+  test('a new kid published by the provider is picked up without a restart (key rotation)', async () => {
+    const k1 = await rsaKey('k1')
+    const k2 = await rsaKey('k2')
+    jwks = await startJwksServer([k1.jwk])
+    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 0 } } } })
+    expect(jwks.fetches).toBe(1) // fetched once at startup, before the first request
+
+    expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
+    expect(jwks.fetches).toBe(1) // known keys: no fetch on the request path
+
+    const rotated = await signWith(k2, { ...CLAIMS, exp: hour() })
+    expect(await listTools(h, rotated)).toEqual({ status: 401, message: 'Unauthorized: no known signing key matches the token' })
+    jwks.keys = [k1.jwk, k2.jwk]
+    expect(await listTools(h, rotated)).toEqual({ status: 200 })
+    expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
+  })
+
+  test('an unknown kid refetches at most once per cooldown', async () => {
+    const k1 = await rsaKey('k1')
+    jwks = await startJwksServer([k1.jwk])
+    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'] } } } })
+    const stranger = await signWith(await rsaKey('made-up'), { ...CLAIMS, exp: hour() })
+    for (let i = 0; i < 5; i++) expect((await listTools(h, stranger)).status).toBe(401)
+    expect(jwks.fetches).toBe(1) // the startup fetch is within the 30 s cooldown
+  })
+
+  test('when the provider goes down, known keys keep working and an unknown kid gets a clear 401', async () => {
+    const k1 = await rsaKey('k1')
+    jwks = await startJwksServer([k1.jwk])
+    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 0 } } } })
+    await jwks.close()
+    expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
+    const unknown = await signWith(await rsaKey('k9'), { ...CLAIMS, exp: hour() })
+    expect(await listTools(h, unknown)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
+    const entry = (await h.audit()).at(-1)
+    expect(entry?.decision).toBe('unauthorized')
+    expect(entry?.reason).toMatch(/^signing keys unavailable \(WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch failed: ECONNREFUSED\)$/)
+    expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
+  })
+
+  test('a provider that never answers costs a request no more than jwks_timeout_seconds, and the gateway stays up', async () => {
+    const silent = await startSilentServer()
+    try {
+      const started = performance.now()
+      h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3 } } } })
+      expect(performance.now() - started).toBeLessThan(2_000) // the startup fetch is bounded too
+      const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
+      for (let i = 0; i < 2; i++) {
+        const t0 = performance.now()
+        expect(await listTools(h, token)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
+        const elapsed = performance.now() - t0
+        expect(elapsed).toBeGreaterThanOrEqual(250)
+        expect(elapsed).toBeLessThan(1_500)
+      }
+      expect((await h.audit()).at(-1)?.reason).toBe('signing keys unavailable (WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch timed out after 0.3s)')
+      expect((await fetch(`${h.url}/healthz`)).status).toBe(200)
+    } finally {
+      await h?.close()
+      await silent.close()
+    }
+  })
+})
+
+describe('a JWKS file', () => {
+  test('tokens signed by any key in the file verify; others do not', async () => {
+    const k1 = await rsaKey('k1')
+    const k2 = await rsaKey('k2', 'ES256')
+    const dir = tempDir()
+    writeFileSync(join(dir, 'jwks.json'), JSON.stringify({ keys: [k1.jwk, k2.jwk] }))
+    const h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_file: join(dir, 'jwks.json'), algorithms: ['RS256', 'ES256'] } } } })
+    try {
+      expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
+      expect(await listTools(h, await signWith(k2, { ...CLAIMS, exp: hour() }, 'ES256'))).toEqual({ status: 200 })
+      expect(await listTools(h, await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() }))).toEqual({ status: 401, message: 'Unauthorized: bad token signature' })
+    } finally {
+      await h.close()
+    }
+  })
+})
