@@ -8,12 +8,14 @@ const HOP_BY_HOP = new Set([
 
 /**
  * Request headers never forwarded: hop-by-hop ones; host and content-length (undici writes its own for
- * the exact bytes we send); the caller's credentials (the gateway is the resource server, so the
+ * the exact bytes we send); expect (Node already answered the client's 100-continue and the whole body
+ * is in hand, and undici refuses to send the header at all, which turned such requests into 502s: curl
+ * sends it for large bodies); the caller's credentials (the gateway is the resource server, so the
  * upstream must not be able to replay them); and client-sent copies of the identity headers, which
  * only the gateway may set.
  */
 const DROPPED_REQUEST = new Set([
-  ...HOP_BY_HOP, 'host', 'content-length', 'authorization', 'x-wardline-identity', 'x-wardline-tenant',
+  ...HOP_BY_HOP, 'host', 'content-length', 'expect', 'authorization', 'x-wardline-identity', 'x-wardline-tenant',
   'x-wardline-request-id',
 ])
 

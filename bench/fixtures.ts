@@ -1,0 +1,67 @@
+/**
+ * Servers for the benchmark, each on its own worker thread (its own event loop) so the load generator
+ * in the main thread does not share a loop with what it measures: a trivial upstream that answers
+ * every request with a JSON-RPC result (the figures measure the gateway, not an MCP server), and a
+ * real gateway built from a YAML-shaped config tree exactly as an operator's file would be read.
+ */
+import { join } from 'node:path'
+import { Worker } from 'node:worker_threads'
+
+export interface BenchServer {
+  /** http://127.0.0.1:<port> */
+  readonly url: string
+  close(): Promise<void>
+}
+
+/** What bench/server-worker.ts is asked to start. */
+export type WorkerJob =
+  | { readonly kind: 'upstream' }
+  | { readonly kind: 'gateway'; readonly upstreamUrl: string; readonly tree: Record<string, unknown> }
+
+/** Starts the trivial upstream on port 0 in a worker thread. */
+export function startRawUpstream(): Promise<BenchServer> {
+  return startWorker({ kind: 'upstream' })
+}
+
+/**
+ * A gateway on 127.0.0.1:0 in front of `upstreamUrl` in a worker thread: header auth, audit to a temp
+ * JSONL file (removed on close), log_level error. `tree` is merged over those defaults (a top-level key
+ * replaces the default one), so a section can turn on budget, policy, postgres or jwt auth.
+ */
+export function startBenchGateway(upstreamUrl: string, tree: Record<string, unknown> = {}): Promise<BenchServer> {
+  return startWorker({ kind: 'gateway', upstreamUrl, tree })
+}
+
+function startWorker(job: WorkerJob): Promise<BenchServer> {
+  // Compiled to dist/bench/; the worker file sits beside this one.
+  const worker = new Worker(join(__dirname, 'server-worker.js'), { workerData: job })
+  return new Promise((resolve, reject) => {
+    worker.once('error', reject)
+    worker.once('message', (msg: { url?: string; error?: string }) => {
+      if (msg.error !== undefined || msg.url === undefined) {
+        void worker.terminate()
+        reject(new Error(`bench ${job.kind} did not start: ${msg.error ?? 'no url'}`))
+        return
+      }
+      resolve({
+        url: msg.url,
+        close: () => new Promise<void>((done) => {
+          worker.once('exit', () => done())
+          worker.postMessage('stop')
+        }),
+      })
+    })
+  })
+}
+
+/** A tools/call body and the header-auth headers every bench request sends. */
+export const TOOL_CALL_BODY = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'hi' } } })
+
+export function benchHeaders(identity = 'bench', tenant = 'acme'): Record<string, string> {
+  return {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'x-wardline-identity': identity,
+    'x-wardline-tenant': tenant,
+  }
+}
