@@ -11,7 +11,6 @@ export type ErrorCode =
   | 'WL_UPSTREAM_FAILED'
   | 'WL_AUTH_KEYS_UNAVAILABLE'
   | 'WL_POSTGRES_UNAVAILABLE'
-  | 'WL_SHUTTING_DOWN'
   | 'WL_INTERNAL'
 
 export const STATUS: Readonly<Record<ErrorCode, number>> = {
@@ -22,7 +21,6 @@ export const STATUS: Readonly<Record<ErrorCode, number>> = {
   WL_UPSTREAM_FAILED: 502,
   WL_AUTH_KEYS_UNAVAILABLE: 503,
   WL_POSTGRES_UNAVAILABLE: 503,
-  WL_SHUTTING_DOWN: 503,
   WL_INTERNAL: 500,
 }
 

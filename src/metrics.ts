@@ -32,6 +32,12 @@ export class Metrics {
     labelNames: ['sink'] as const,
     registers: [this.registry],
   })
+  readonly auditSpilled = new Counter({
+    name: 'wardline_audit_spilled_total',
+    help: 'Audit entries written to the local spill file because their sink kept failing (replayed later), by sink',
+    labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
   readonly auditQueued = new Gauge({
     name: 'wardline_audit_queue_entries',
     help: 'Audit entries waiting to be written, by sink',

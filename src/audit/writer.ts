@@ -2,22 +2,39 @@ import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import type { AuditEntry } from './entry'
 import type { AuditSink } from './sink'
+import type { AuditSpill } from './spill'
 
 export interface AuditWriterOptions {
   /** Entries held in memory before new ones are dropped and counted. */
   readonly maxQueueEntries: number
   /** Entries handed to the sink at once. */
   readonly batchSize?: number
-  /** Attempts per batch before it is given up on (logged and counted). */
+  /** Attempts per batch before it is given up on: spilled when a spill file is set, else dropped. */
   readonly maxAttempts?: number
   /** First retry delay; doubles per attempt up to 5 s. */
   readonly retryDelayMs?: number
   readonly onDropped?: (count: number, sink: string) => void
+  /**
+   * Where batches go once the sink has failed maxAttempts times in a row, instead of being dropped;
+   * they are replayed into the sink when it answers again. Set for the Postgres sink.
+   */
+  readonly spill?: AuditSpill
+  /** How often a spilled backlog is retried while the sink is down. */
+  readonly replayIntervalMs?: number
+  readonly onSpilled?: (count: number, sink: string) => void
 }
+
+/** A replay attempted inside close() gives up after this long (the file is then replayed at the next start). */
+const CLOSE_REPLAY_MS = 3000
 
 /**
  * Keeps audit writes off the request path: `record` only queues. One loop per sink writes batches in
  * the order recorded, retrying a failed batch with backoff. Memory is bounded by maxQueueEntries.
+ *
+ * With a spill file, a batch that still fails after maxAttempts goes to the file, and the writer
+ * counts the sink as down: later batches are spilled at once (no retry storm against a dead
+ * database, no queue growth) until a replay succeeds. The replay runs off the drain loop every
+ * replayIntervalMs, at start when an earlier run left entries behind, and once more at close.
  */
 export class AuditWriter {
   private queue: AuditEntry[] = []
@@ -27,17 +44,34 @@ export class AuditWriter {
   private readonly batchSize: number
   private readonly maxAttempts: number
   private readonly retryDelayMs: number
+  private readonly replayIntervalMs: number
+  /** The sink failed a whole batch and no replay has succeeded since: spill without trying. */
+  private sinkDown = false
+  private replayTimer: NodeJS.Timeout | null = null
+  private replaying: Promise<void> | null = null
   dropped = 0
+  spilled = 0
+  replayed = 0
 
   constructor(readonly sink: AuditSink, private readonly log: Logger, private readonly options: AuditWriterOptions) {
     this.warn = new RateLimitedLog(log)
     this.batchSize = options.batchSize ?? 500
     this.maxAttempts = options.maxAttempts ?? 5
     this.retryDelayMs = options.retryDelayMs ?? 100
+    this.replayIntervalMs = options.replayIntervalMs ?? 5000
+    if (options.spill?.hasEntries) {
+      log.warn('audit spill file holds entries from an earlier run: replaying', { sink: sink.name, spill_file: options.spill.path })
+      this.scheduleReplay(0)
+    }
   }
 
   get pending(): number {
     return this.queue.length
+  }
+
+  /** True while entries wait in the spill file. */
+  get hasSpilled(): boolean {
+    return this.options.spill?.hasEntries ?? false
   }
 
   record(entries: readonly AuditEntry[]): void {
@@ -53,14 +87,39 @@ export class AuditWriter {
     if (this.running === null && this.queue.length > 0) this.running = this.drain()
   }
 
-  /** Resolves once every entry recorded so far has been written (or given up on). */
+  /** Resolves once every entry recorded so far has been written, spilled, or given up on. */
   async flush(): Promise<void> {
     while (this.running !== null) await this.running
+  }
+
+  /**
+   * Replays the spill file into the sink now (waiting for a replay already running). Resolves to
+   * whether the file is empty afterwards.
+   */
+  async replayNow(): Promise<boolean> {
+    if (this.replaying === null) {
+      const run: Promise<void> = this.replay().finally(() => {
+        if (this.replaying === run) this.replaying = null
+      })
+      this.replaying = run
+    }
+    await this.replaying
+    return !this.hasSpilled
   }
 
   async close(): Promise<void> {
     this.closed = true
     await this.flush()
+    if (this.replayTimer !== null) clearTimeout(this.replayTimer)
+    this.replayTimer = null
+    if (this.hasSpilled) {
+      // One bounded try: if the sink is back the file is emptied now; if not, it stays on disk and
+      // the next start replays it. Either way nothing recorded is lost.
+      let timer: NodeJS.Timeout | undefined
+      const gaveUp = new Promise<void>((resolve) => { timer = setTimeout(resolve, CLOSE_REPLAY_MS) })
+      await Promise.race([this.replayNow(), gaveUp]).finally(() => clearTimeout(timer))
+      if (this.hasSpilled) this.log.warn('audit entries remain in the spill file; they are replayed at the next start', { sink: this.sink.name, spill_file: this.options.spill?.path })
+    }
     await this.sink.close()
   }
 
@@ -79,6 +138,10 @@ export class AuditWriter {
   }
 
   private async writeWithRetry(batch: AuditEntry[]): Promise<void> {
+    if (this.sinkDown && this.options.spill) {
+      this.spill(batch)
+      return
+    }
     let delay = this.retryDelayMs
     for (let attempt = 1; ; attempt++) {
       try {
@@ -86,6 +149,12 @@ export class AuditWriter {
         return
       } catch (err) {
         if (attempt >= this.maxAttempts) {
+          if (this.options.spill) {
+            this.sinkDown = true
+            this.log.warn('audit sink keeps failing: spilling entries to the local file until it is back', { sink: this.sink.name, spill_file: this.options.spill.path, cause: describeError(err) })
+            this.spill(batch)
+            return
+          }
           this.dropped += batch.length
           this.options.onDropped?.(batch.length, this.sink.name)
           this.log.error('audit write failed: entries dropped', { sink: this.sink.name, entries: batch.length, cause: describeError(err) })
@@ -95,6 +164,52 @@ export class AuditWriter {
         await new Promise((resolve) => setTimeout(resolve, this.closed ? Math.min(delay, 50) : delay))
         delay = Math.min(delay * 2, 5000)
       }
+    }
+  }
+
+  private spill(batch: AuditEntry[]): void {
+    const spill = this.options.spill as AuditSpill
+    try {
+      spill.append(batch)
+    } catch (err) {
+      // The disk failed too: this is the one place entries can still be lost, and it is loud.
+      this.dropped += batch.length
+      this.options.onDropped?.(batch.length, this.sink.name)
+      this.log.error('audit spill failed: entries dropped', { sink: this.sink.name, spill_file: spill.path, entries: batch.length, cause: describeError(err) })
+      return
+    }
+    this.spilled += batch.length
+    this.options.onSpilled?.(batch.length, this.sink.name)
+    this.scheduleReplay(this.replayIntervalMs)
+  }
+
+  private scheduleReplay(delayMs: number): void {
+    if (this.replayTimer !== null || this.closed) return
+    this.replayTimer = setTimeout(() => {
+      this.replayTimer = null
+      void this.replayNow().then((empty) => {
+        if (!empty) this.scheduleReplay(this.replayIntervalMs)
+      })
+    }, delayMs)
+    // A pending replay must not keep a finished process alive; close() replays once more anyway.
+    this.replayTimer.unref()
+  }
+
+  private async replay(): Promise<void> {
+    const spill = this.options.spill
+    try {
+      if (spill === undefined) return
+      const count = await spill.replay((batch) => this.sink.write(batch), this.batchSize, () => {
+        this.warn.warn(`audit-spill-torn:${this.sink.name}`, 'audit spill file: skipped a line that is not JSON (torn by a crash)', { spill_file: spill.path })
+      })
+      this.sinkDown = false
+      if (count > 0) {
+        this.replayed += count
+        this.log.info('audit spill replayed into the sink', { sink: this.sink.name, entries: count })
+      }
+    } catch (err) {
+      this.sinkDown = true
+      this.warn.warn(`audit-replay:${this.sink.name}`, 'audit spill replay failed: will retry', { sink: this.sink.name, cause: describeError(err) })
     }
   }
 }

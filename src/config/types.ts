@@ -79,6 +79,8 @@ export interface JwtConfig {
   readonly clockToleranceSeconds: number
   readonly jwksTimeoutSeconds: number
   readonly jwksCacheSeconds: number
+  /** Least time between two JWKS refetches triggered by an unknown kid. */
+  readonly jwksCooldownSeconds: number
   /** Verified tokens kept so a client reusing its token pays the crypto once; 0 disables. */
   readonly cacheEntries: number
 }
@@ -89,6 +91,8 @@ export interface BucketLimit {
 }
 
 export interface BudgetConfig extends BucketLimit {
+  /** True when the file has a budget: block (startup says it is ignored while the feature is off). */
+  readonly configured: boolean
   readonly tenants: Readonly<Record<string, BucketLimit>>
   readonly tools: Readonly<Record<string, BucketLimit>>
   /** Bound on one store check, start to verdict (Postgres). */

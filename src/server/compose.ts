@@ -1,16 +1,29 @@
 import { createServer, type Server } from 'node:http'
+import type { Pool } from 'pg'
 import type { AddressInfo } from 'node:net'
 import { JsonlAuditSink } from '../audit/jsonl-sink'
 import { AuditTrail } from '../audit/trail'
+import { PostgresAuditSink } from '../audit/postgres-sink'
+import { AuditSpill } from '../audit/spill'
 import { AuditWriter } from '../audit/writer'
 import { HeaderAuthenticator } from '../auth/header-authenticator'
+import { JwtAuthenticator } from '../auth/jwt-authenticator'
 import { type Authenticator, authStage } from '../auth/stage'
+import { MemoryBudgetStore } from '../budget/memory-store'
+import { PostgresBudgetStore } from '../budget/postgres-store'
+import { type BudgetStage, budgetStage } from '../budget/stage'
+import type { BudgetStore } from '../budget/store'
 import type { Config } from '../config/types'
-import { WardlineError } from '../errors'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger } from '../log'
 import { Metrics } from '../metrics'
 import type { Stage } from '../pipeline/stage'
+import { compilePolicy } from '../policy/compile'
+import { policyStage } from '../policy/stage'
+import { migrate } from '../postgres/migrate'
+import { checkReachable, openPool } from '../postgres/pool'
+import { postgresReadiness } from '../postgres/readiness'
+import { BudgetReaper } from '../postgres/reaper'
 import { Upstream } from '../upstream/forward'
 import { Gateway } from './gateway'
 import { type ReadinessCheck, localRoutes } from './routes'
@@ -19,6 +32,8 @@ export interface GatewayOptions {
   readonly log?: Logger
   /** Collect Node's default process metrics (off in tests: they start timers). */
   readonly processMetrics?: boolean
+  /** Budget store to use instead of the configured one (tests inject a MemoryBudgetStore with their own clock). */
+  readonly budgetStore?: BudgetStore
 }
 
 export interface RunningGateway {
@@ -39,6 +54,10 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const closers: Array<() => Promise<void> | void> = []
   const readiness: ReadinessCheck[] = []
 
+  // Postgres first: an unreachable database must stop startup before anything listens. The pool is
+  // the first closer, so it is released last (after the audit trail is flushed into it).
+  const pool = config.features.postgresStorage && config.postgres !== null ? await openPostgres(config, log, closers) : null
+
   const writers: AuditWriter[] = []
   if (config.audit.output !== null) {
     const sink = await JsonlAuditSink.open(config.audit.output)
@@ -47,13 +66,26 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       onDropped: (n, name) => metrics.auditDropped.labels(name).inc(n),
     }))
   }
+  if (pool !== null) {
+    const pgWriter = new AuditWriter(new PostgresAuditSink(pool), log, {
+      maxQueueEntries: config.audit.maxQueueEntries,
+      onDropped: (n, name) => metrics.auditDropped.labels(name).inc(n),
+      spill: new AuditSpill(config.audit.spillFile),
+      onSpilled: (n, name) => metrics.auditSpilled.labels(name).inc(n),
+    })
+    writers.push(pgWriter)
+    readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled }))
+  }
   const audit = new AuditTrail(writers, metrics)
 
   const authenticator = await openAuthenticator(config, log)
   const upstream = new Upstream(config.upstream)
+  const budget = openBudget(config, metrics, log, closers, options.budgetStore ?? (pool === null ? undefined : await openPostgresBudget(pool, config, log, closers)))
   const stages: Stage[] = [
     authStage(authenticator, config.auth),
     jsonRpcStage(config.limits.maxBodyBytes),
+    ...(budget === null ? [] : [budget]),   // budget before policy (DESIGN.md)
+    ...policyStages(config, log),
   ]
   const gateway = new Gateway(stages, upstream, audit, log)
 
@@ -64,6 +96,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     isShuttingDown: () => shuttingDown,
     beforeMetrics: () => audit.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
+    readyDetails: budget === null ? undefined : () => ({ budget_fail_opens_last_minute: budget.failOpensLastMinute() }),
   })
   const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
     if (!routes.handle(req, res)) void gateway.handle(req, res)
@@ -105,11 +138,68 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   return { url: `http://${host}:${address.port}`, server, metrics, audit, shutdown }
 }
 
+/** The budget stage, or null (and nothing counted) while features.budget_enforcement is off. */
+function openBudget(config: Config, metrics: Metrics, log: Logger, closers: Array<() => Promise<void> | void>, injected?: BudgetStore): BudgetStage | null {
+  if (!config.features.budgetEnforcement) {
+    if (config.budget.configured) log.warn('features.budget_enforcement is false: the budget: block is ignored and nothing is counted')
+    return null
+  }
+  // The Postgres store arrives as `injected` when features.postgres_storage is on (openPostgresBudget).
+  const store = injected ?? new MemoryBudgetStore()
+  if (store instanceof MemoryBudgetStore) {
+    log.info('budgets are kept in memory: limits are per process, so each replica enforces them separately (features.postgres_storage shares them)')
+  }
+  closers.push(() => store.close())
+  return budgetStage(store, config.budget, metrics, log)
+}
+
 async function openAuthenticator(config: Config, log: Logger): Promise<Authenticator> {
   if (config.auth.mode === 'header') {
     log.warn('auth.mode is header: identities are taken from X-Wardline-Identity unverified; use only behind a trusted proxy')
     return new HeaderAuthenticator()
   }
-  // TODO(#3): JWT verification.
-  throw new WardlineError('WL_CONFIG_INVALID', 'auth.mode: jwt is not implemented yet')
+  return JwtAuthenticator.open(config.auth.jwt, log)
+}
+
+/** Policy goes last (DESIGN.md: budget before policy). No policy: no stage, and a notice that nothing is gated. */
+function policyStages(config: Config, log: Logger): Stage[] {
+  const policy = config.policy
+  if (policy === null) {
+    log.warn('no policy configured (policy or policy_file): every tool, resource and prompt call is allowed')
+    return []
+  }
+  log.info('policy loaded', { source: policy.source, rules: policy.rules.length, default: policy.default })
+  return [policyStage(compilePolicy(policy))]
+}
+
+/** Startup bound on reaching the database: fail with one clear line instead of hanging (issue 6). */
+const POSTGRES_STARTUP_TIMEOUT_MS = 5000
+
+/** The one pool for every Postgres feature, reachable and migrated, or a WL_POSTGRES_UNAVAILABLE error. */
+async function openPostgres(config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<Pool> {
+  const pool = openPool(config.postgres as NonNullable<Config['postgres']>, log, {
+    // A budget check cannot use a connection it gets after its own deadline.
+    connectionTimeoutMs: Math.max(1, config.budget.checkTimeoutSeconds * 1000),
+  })
+  try {
+    await checkReachable(pool, POSTGRES_STARTUP_TIMEOUT_MS)
+    const { version } = await migrate(pool, log)
+    log.info('postgres storage ready', { schema_version: version, max_connections: config.postgres?.maxConnections })
+  } catch (err) {
+    await pool.end().catch(() => undefined)
+    throw err
+  }
+  closers.push(() => pool.end())
+  return pool
+}
+
+/** The shared budget store (with its reaper), or undefined while budgets are off. */
+async function openPostgresBudget(pool: Pool, config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<BudgetStore | undefined> {
+  if (!config.features.budgetEnforcement) return undefined
+  const store = new PostgresBudgetStore(pool, { checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000, log })
+  await store.calibrate()
+  const reaper = new BudgetReaper(pool, log)
+  reaper.start()
+  closers.push(() => reaper.close())
+  return store
 }

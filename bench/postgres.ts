@@ -1,0 +1,146 @@
+/**
+ * The Postgres budget store's allow path next to the in-memory one, in the same run (issue 6):
+ *  - through the gateway over HTTP, one hot identity (every check locks the same three rows);
+ *  - the store alone, in process, 32 checks in flight: spread keys (each check its own identity of
+ *    10 000) and one hot key, with synchronous_commit off (the default) and on, next to memory.
+ * Needs a Postgres: WARDLINE_BENCH_DATABASE_URL, else WARDLINE_TEST_DATABASE_URL, else
+ * postgres@127.0.0.1:5432. A scratch database is created and dropped; without a server the section
+ * reports that it was skipped.
+ */
+import { randomBytes } from 'node:crypto'
+import { Client, Pool } from 'pg'
+import { identityKey, tenantKey, toolKey } from '../src/budget/keys'
+import { MemoryBudgetStore } from '../src/budget/memory-store'
+import { PostgresBudgetStore } from '../src/budget/postgres-store'
+import type { BucketCharge, BudgetStore } from '../src/budget/store'
+import { silentLogger } from '../src/log'
+import { migrate } from '../src/postgres/migrate'
+import { TOOL_CALL_BODY, benchHeaders, startBenchGateway, startRawUpstream } from './fixtures'
+import { type BenchRow, type BenchSection, interleave, median, runLoad, summarize } from './load'
+
+const ADMIN_URL = process.env.WARDLINE_BENCH_DATABASE_URL ?? process.env.WARDLINE_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+const LIMIT = 1_000_000_000
+const BUDGET = {
+  requests_per_window: LIMIT,
+  window_seconds: 3600,
+  tenants: { acme: { requests_per_window: LIMIT, window_seconds: 3600 } },
+  tools: { echo: { requests_per_window: LIMIT, window_seconds: 3600 } },
+}
+
+function charges(identity: string): BucketCharge[] {
+  return [
+    { key: toolKey('echo'), kind: 'tool', name: 'echo', limit: LIMIT, windowSeconds: 3600, cost: 1 },
+    { key: tenantKey('acme'), kind: 'tenant', name: 'acme', limit: LIMIT, windowSeconds: 3600, cost: 1 },
+    { key: identityKey('acme', identity), kind: 'identity', name: identity, limit: LIMIT, windowSeconds: 3600, cost: 1 },
+  ]
+}
+
+/** Identity-only charges: spread keys share no row at all. */
+function identityOnly(identity: string): BucketCharge[] {
+  return [charges(identity)[2]]
+}
+
+/** Checks per second and the median check latency, `concurrency` checks in flight for `durationMs`. */
+async function storeLoad(store: BudgetStore, next: () => BucketCharge[], concurrency: number, durationMs: number): Promise<{ perSec: number; p50Ms: number }> {
+  const latencies: number[] = []
+  const end = performance.now() + durationMs
+  const started = performance.now()
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (performance.now() < end) {
+      const t = performance.now()
+      await store.admit(next())
+      if (latencies.length < 200_000) latencies.push(performance.now() - t)
+    }
+  }))
+  const seconds = (performance.now() - started) / 1000
+  return { perSec: latencies.length / seconds, p50Ms: median(latencies) }
+}
+
+async function withAdmin<T>(fn: (c: Client) => Promise<T>): Promise<T> {
+  const c = new Client({ connectionString: ADMIN_URL, connectionTimeoutMillis: 2000 })
+  c.on('error', () => undefined)
+  await c.connect()
+  try {
+    return await fn(c)
+  } finally {
+    await c.end()
+  }
+}
+
+const postgres: BenchSection = {
+  name: 'postgres',
+  budgetSeconds: 45,
+  async run(ctx) {
+    const name = `wardline_bench_${randomBytes(4).toString('hex')}`
+    try {
+      await withAdmin((c) => c.query(`CREATE DATABASE ${name}`))
+    } catch (err) {
+      return [{ label: 'postgres budget store', note: `skipped: no Postgres at ${new URL(ADMIN_URL).host} (${(err as Error).message})` }]
+    }
+    const u = new URL(ADMIN_URL)
+    u.pathname = `/${name}`
+    const dsn = u.toString()
+    const rows: BenchRow[] = []
+    try {
+      const pool = new Pool({ connectionString: dsn, max: 10 })
+      pool.on('error', () => undefined)
+      await migrate(pool, silentLogger())
+
+      // 1. Through the gateway over HTTP: one hot identity, three buckets per check.
+      const upstream = await startRawUpstream()
+      const memoryGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true }, budget: BUDGET })
+      const pgGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true, postgres_storage: true }, postgres: { dsn, max_connections: 10 }, budget: BUDGET })
+      try {
+        const load = (base: string) => () => runLoad({ url: `${base}/mcp`, method: 'POST', headers: benchHeaders(), body: TOOL_CALL_BODY, concurrency: ctx.concurrency, durationMs: ctx.roundMs, warmupMs: 300 })
+        ctx.progress(`postgres: ${ctx.rounds} HTTP rounds of ${ctx.roundMs} ms, memory then postgres store, one hot identity`)
+        const rounds = await interleave(ctx.rounds, { memory: load(memoryGw.url), postgres: load(pgGw.url) })
+        const m = summarize(rounds.memory)
+        const p = summarize(rounds.postgres)
+        rows.push(
+          { label: 'tools/call admitted, memory store (hot key)', result: m },
+          { label: 'tools/call admitted, postgres store (hot key)', result: p, note: `×${(p.reqPerSec / m.reqPerSec).toFixed(2)} of memory` },
+        )
+      } finally {
+        await pgGw.close()
+        await memoryGw.close()
+        await upstream.close()
+      }
+
+      // 2. The store alone: spread keys and one hot key, synchronous_commit off and on.
+      const ms = Math.max(250, Math.round(ctx.roundMs / 4))
+      const storeRounds = Math.min(ctx.rounds, 3)
+      let n = 0
+      const spread = () => identityOnly(`u${n++ % 10_000}`)
+      const hot = () => charges('hot')
+      const memory = new MemoryBudgetStore()
+      const off = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
+      const on = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, synchronousCommit: true })
+      await off.calibrate()
+      await on.calibrate()
+      ctx.progress(`postgres: store alone, ${storeRounds} rounds of ${ms} ms per case, 32 in flight`)
+      const cases: Record<string, () => Promise<{ perSec: number; p50Ms: number }>> = {
+        'memory, spread keys': () => storeLoad(memory, spread, 32, ms),
+        'postgres, spread keys, sync commit off': () => storeLoad(off, spread, 32, ms),
+        'postgres, spread keys, sync commit on': () => storeLoad(on, spread, 32, ms),
+        'memory, hot key (3 buckets)': () => storeLoad(memory, hot, 32, ms),
+        'postgres, hot key (3 buckets), sync off': () => storeLoad(off, hot, 32, ms),
+        'postgres, hot key (3 buckets), sync on': () => storeLoad(on, hot, 32, ms),
+      }
+      const results: Record<string, Array<{ perSec: number; p50Ms: number }>> = {}
+      for (let round = 0; round < storeRounds; round++) {
+        for (const label in cases) (results[label] ??= []).push(await cases[label]())
+      }
+      for (const label in results) {
+        const perSec = median(results[label].map((r) => r.perSec))
+        const p50 = median(results[label].map((r) => r.p50Ms))
+        rows.push({ label: `store alone: ${label}`, note: `${perSec.toFixed(0)} checks/s, p50 ${p50.toFixed(2)} ms` })
+      }
+      await pool.end()
+    } finally {
+      await withAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).catch(() => undefined)
+    }
+    return rows
+  },
+}
+
+export const sections: BenchSection[] = [postgres]

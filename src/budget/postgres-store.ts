@@ -1,0 +1,228 @@
+import type { Pool, PoolClient, QueryConfig } from 'pg'
+import { describeError } from '../errors'
+import { RateLimitedLog, type Logger } from '../log'
+import { withDeadline } from '../postgres/pool'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
+
+export interface PostgresBudgetStoreOptions {
+  /**
+   * Bound on one check, start to verdict (budget.check_timeout_seconds): pool wait, connect, lock
+   * wait, network. Past it `admit` rejects, and the database is told the same bound so the check is
+   * not applied after we gave up on it.
+   */
+  readonly checkTimeoutMs: number
+  /**
+   * Commit budget checks with synchronous_commit=on. Off by default: a crash of the database can then
+   * lose the last fraction of a second of counts (never the table, never a torn row), and in exchange
+   * a hot key's row lock is held through an in-memory commit instead of a WAL flush. Measured in
+   * docs/postgres.md.
+   */
+  readonly synchronousCommit?: boolean
+  readonly log?: Logger
+}
+
+/**
+ * Our deadline is this much shorter than check_timeout_seconds, so the store's own verdict (a result,
+ * or "no verdict in time" plus a refund of a late result) always comes before the budget stage's
+ * overall deadline on the same bound.
+ */
+const CALLER_MARGIN_MS = 10
+
+/**
+ * Time kept back from the database's bound: covers the error of the clock-offset estimate (half the
+ * best recent round trip) and lets the verdict travel back before our deadline.
+ */
+const SERVER_MARGIN_MS = 20
+
+/** How long a verdict is still awaited after we gave up on it (to refund it), before the connection is dropped. */
+const LATE_RESULT_GRACE_MS = 2000
+
+/** A clock-offset sample is replaced by a better one (shorter round trip), or by any one once this old. */
+const OFFSET_SAMPLE_MAX_AGE_MS = 30_000
+
+const ADMIT_SQL = `SELECT refused_by, used, reset_seconds, window_ends, db_epoch_ms
+  FROM wardline_budget_admit($1::text[], $2::integer[], $3::double precision[], $4::integer[],
+                             $5::integer, $6::double precision, $7::boolean, $8::double precision)`
+
+/** Takes back an admitted check nobody waited for, in the window it was charged to only. */
+const REFUND_SQL = `UPDATE budget_buckets b SET count = greatest(0, b.count - r.cost)
+  FROM unnest($1::text[], $2::integer[], $3::timestamptz[]) AS r(key, cost, ends_at)
+ WHERE b.key = r.key AND b.ends_at = r.ends_at`
+
+interface AdmitRow {
+  refused_by: number
+  used: number[]
+  reset_seconds: number[]
+  window_ends: Array<string | null>
+  db_epoch_ms: number
+}
+
+/** Epoch milliseconds on a monotonic clock: an NTP step on this host does not move it. */
+function localEpochMs(): number {
+  return performance.timeOrigin + performance.now()
+}
+
+/**
+ * Budget buckets in the shared budget_buckets table: every replica on one database enforces the same
+ * limits (DESIGN.md "Budget semantics", "Storage"). Each check is ONE statement, a call to
+ * wardline_budget_admit (postgres/migrations/001-initial.ts), whatever number of tiers applies:
+ * all-or-nothing, atomic, windows on the database clock, rows locked in key order (deadlock-free).
+ *
+ * No ghost increments, because a check that hangs must become "failed open", never a late charge:
+ *  - our deadline covers the pool wait and the query;
+ *  - it travels with the statement, translated to the database clock (the offset is measured on every
+ *    check, keeping the sample with the shortest round trip). The database refuses a statement that
+ *    arrives after it (a network that held it back), ends lock waits at it and rolls back a check that
+ *    would finish past it;
+ *  - a verdict that was committed in time but reached us after we gave up (an event loop busy past
+ *    the deadline) is refunded at once, in the window it was charged to.
+ */
+export class PostgresBudgetStore implements BudgetStore {
+  private readonly checkTimeoutMs: number
+  private readonly synchronousCommit: boolean
+  private readonly warn: RateLimitedLog | null
+  /** Added to the database clock when judging windows. Always 0 outside tests. */
+  private clockOffsetSeconds = 0
+  /** Database clock minus local clock (ms), from the sample with the shortest round trip; null until measured. */
+  private dbOffsetMs: number | null = null
+  private offsetRttMs = Infinity
+  private offsetSampledAt = 0
+  private readonly refunds = new Set<Promise<void>>()
+  /** Late verdicts refunded so far (tests and docs). */
+  refunded = 0
+
+  constructor(private readonly pool: Pool, options: PostgresBudgetStoreOptions) {
+    this.checkTimeoutMs = options.checkTimeoutMs
+    this.synchronousCommit = options.synchronousCommit ?? false
+    this.warn = options.log ? new RateLimitedLog(options.log) : null
+  }
+
+  async admit(charges: readonly BucketCharge[]): Promise<AdmitResult> {
+    if (charges.length === 0) return { admitted: true, buckets: [], refusedBy: -1 }
+    const deadline = performance.now() + Math.max(1, this.checkTimeoutMs - CALLER_MARGIN_MS)
+    const client = await this.connect(deadline)
+    const remaining = Math.floor(deadline - performance.now())
+    if (remaining <= 0) {
+      client.release()
+      throw new Error(`no budget verdict within ${this.checkTimeoutMs} ms: the whole bound went on waiting for a connection`)
+    }
+    const sentAt = localEpochMs()
+    const verdict = client.query<AdmitRow>(this.statement(charges, remaining, sentAt + remaining)).then(
+      (result) => {
+        client.release()
+        this.sampleOffset(sentAt, localEpochMs(), result.rows[0].db_epoch_ms)
+        return result.rows[0]
+      },
+      (err: Error) => {
+        // After a client-side timeout the connection may still be busy with our statement: drop it
+        // rather than hand a connection in an unknown state to the next check.
+        client.release(/timeout/i.test(err.message) ? err : undefined)
+        throw err
+      },
+    )
+    let abandoned = false
+    verdict.then((row) => {
+      if (abandoned && row.refused_by < 0) this.refund(charges, row)
+    }, () => undefined)
+    try {
+      return toResult(charges, await withDeadline(verdict, remaining, 'no budget verdict'))
+    } catch (err) {
+      abandoned = true
+      throw err
+    }
+  }
+
+  /**
+   * Measures the database clock offset before the first check (compose.ts calls it at startup), so
+   * even that check carries an absolute deadline.
+   */
+  async calibrate(samples = 3): Promise<void> {
+    for (let i = 0; i < samples; i++) {
+      const sentAt = localEpochMs()
+      const r = await this.pool.query<{ ms: number }>('SELECT extract(epoch FROM clock_timestamp())::double precision * 1000 AS ms')
+      this.sampleOffset(sentAt, localEpochMs(), r.rows[0].ms)
+    }
+  }
+
+  /** Test hook: moves the window clock forward (added to the database clock in SQL). */
+  advanceClockForTests(seconds: number): void {
+    this.clockOffsetSeconds += seconds
+  }
+
+  /** Waits for refunds in flight. The pool belongs to compose.ts (audit and readiness share it), which closes it last. */
+  async close(): Promise<void> {
+    while (this.refunds.size > 0) await Promise.all([...this.refunds])
+  }
+
+  private sampleOffset(sentAt: number, receivedAt: number, dbMs: number): void {
+    const rtt = receivedAt - sentAt
+    if (rtt <= this.offsetRttMs || receivedAt - this.offsetSampledAt > OFFSET_SAMPLE_MAX_AGE_MS) {
+      this.dbOffsetMs = dbMs - (sentAt + receivedAt) / 2
+      this.offsetRttMs = rtt
+      this.offsetSampledAt = receivedAt
+    }
+  }
+
+  private refund(charges: readonly BucketCharge[], row: AdmitRow): void {
+    const done = this.pool
+      .query(REFUND_SQL, [charges.map((c) => c.key), charges.map((c) => c.cost), row.window_ends])
+      .then(
+        () => { this.refunded++ },
+        (err) => this.warn?.warn('budget-refund', 'could not refund a budget check that was admitted after the gateway stopped waiting', { cause: describeError(err) }),
+      )
+      .finally(() => this.refunds.delete(done))
+    this.refunds.add(done)
+  }
+
+  private async connect(deadline: number): Promise<PoolClient> {
+    const pending = this.pool.connect()
+    try {
+      return await withDeadline(pending, deadline - performance.now(), 'no database connection')
+    } catch (err) {
+      // The pool may still hand us a connection later: give it straight back.
+      pending.then((late) => late.release(), () => undefined)
+      throw err
+    }
+  }
+
+  private statement(charges: readonly BucketCharge[], remainingMs: number, deadlineLocalMs: number): QueryConfig {
+    const n = charges.length
+    const keys: string[] = new Array(n)
+    const limits: number[] = new Array(n)
+    const windows: number[] = new Array(n)
+    const costs: number[] = new Array(n)
+    for (let i = 0; i < n; i++) {
+      const c = charges[i]
+      keys[i] = c.key
+      limits[i] = c.limit
+      windows[i] = c.windowSeconds
+      costs[i] = c.cost
+    }
+    const serverMs = Math.max(1, remainingMs - SERVER_MARGIN_MS)
+    const serverDeadline = this.dbOffsetMs === null ? null : deadlineLocalMs - SERVER_MARGIN_MS + this.dbOffsetMs
+    return {
+      // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
+      name: 'wardline_budget_admit',
+      text: ADMIT_SQL,
+      values: [keys, limits, windows, costs, serverMs, serverDeadline, this.synchronousCommit, this.clockOffsetSeconds],
+      // The database gave up at serverDeadline; this only frees a connection whose answer never comes.
+      query_timeout: remainingMs + LATE_RESULT_GRACE_MS,
+    } as QueryConfig
+  }
+}
+
+function toResult(charges: readonly BucketCharge[], row: AdmitRow): AdmitResult {
+  const buckets: BucketState[] = new Array(charges.length)
+  for (let i = 0; i < charges.length; i++) {
+    const c = charges[i]
+    buckets[i] = {
+      kind: c.kind,
+      name: c.name,
+      limit: c.limit,
+      windowSeconds: c.windowSeconds,
+      remaining: Math.max(0, c.limit - row.used[i]),
+      resetSeconds: Math.max(0, row.reset_seconds[i]),
+    }
+  }
+  return { admitted: row.refused_by < 0, buckets, refusedBy: row.refused_by }
+}

@@ -1,0 +1,11 @@
+import { initial } from './001-initial'
+
+/** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
+export interface Migration {
+  readonly version: number
+  readonly name: string
+  readonly sql: string
+}
+
+/** Every migration, oldest first. A new one gets the next version and its own file. */
+export const MIGRATIONS: readonly Migration[] = [initial]

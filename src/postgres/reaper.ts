@@ -1,0 +1,95 @@
+import type { Pool } from 'pg'
+import { describeError } from '../errors'
+import { RateLimitedLog, type Logger } from '../log'
+
+/** Advisory lock key of the reaper ('wlrp' as bytes); distinct from the migration lock. */
+const REAPER_LOCK = 0x776c7270
+
+export interface BudgetReaperOptions {
+  /** Time between runs. Expired rows cost only disk until then: a check treats them as absent. */
+  readonly intervalMs?: number
+  /** Rows deleted per statement (each its own short transaction). */
+  readonly batchSize?: number
+  /** Batches per run at most, so one run after a flood never holds a connection for long. */
+  readonly maxBatches?: number
+  /** Test hook, as PostgresBudgetStore's: added to the database clock. */
+  readonly clockOffsetSeconds?: () => number
+}
+
+export interface ReapResult {
+  /** False when another replica held the reaper lock (it is reaping; this one skipped). */
+  readonly ran: boolean
+  readonly deleted: number
+}
+
+/**
+ * Deletes budget_buckets rows whose window ended, off the request path, in bounded batches, by one
+ * replica at a time (a session advisory lock taken with try: a replica that finds it held skips its
+ * turn instead of queueing). Rows a budget check is holding are skipped (SKIP LOCKED), so the reaper
+ * never waits for a check nor makes one wait, and never takes part in a deadlock.
+ */
+export class BudgetReaper {
+  private timer: NodeJS.Timeout | null = null
+  private running: Promise<ReapResult> | null = null
+  private readonly warn: RateLimitedLog
+  private readonly batchSize: number
+  private readonly maxBatches: number
+
+  constructor(private readonly pool: Pool, log: Logger, private readonly options: BudgetReaperOptions = {}) {
+    this.warn = new RateLimitedLog(log)
+    this.batchSize = options.batchSize ?? 1000
+    this.maxBatches = options.maxBatches ?? 20
+  }
+
+  start(): void {
+    const intervalMs = this.options.intervalMs ?? 60_000
+    this.timer = setInterval(() => {
+      if (this.running !== null) return
+      void this.runOnce().catch((err) => this.warn.warn('budget-reaper', 'budget reaper failed: will retry', { cause: describeError(err) }))
+    }, intervalMs)
+    this.timer.unref()
+  }
+
+  async runOnce(): Promise<ReapResult> {
+    this.running ??= this.reap().finally(() => { this.running = null })
+    return this.running
+  }
+
+  async close(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer)
+    this.timer = null
+    await this.running?.catch(() => undefined)
+  }
+
+  private async reap(): Promise<ReapResult> {
+    const client = await this.pool.connect()
+    let broken: Error | undefined
+    try {
+      const got = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [REAPER_LOCK])
+      if (!got.rows[0].locked) return { ran: false, deleted: 0 }
+      try {
+        let deleted = 0
+        for (let batch = 0; batch < this.maxBatches; batch++) {
+          const result = await client.query(
+            `DELETE FROM budget_buckets WHERE key IN (
+               SELECT key FROM budget_buckets
+                WHERE ends_at <= clock_timestamp() + make_interval(secs => $2::double precision)
+                LIMIT $1 FOR UPDATE SKIP LOCKED)`,
+            [this.batchSize, this.options.clockOffsetSeconds?.() ?? 0],
+          )
+          deleted += result.rowCount ?? 0
+          if ((result.rowCount ?? 0) < this.batchSize) break
+        }
+        return { ran: true, deleted }
+      } finally {
+        await client.query('SELECT pg_advisory_unlock($1)', [REAPER_LOCK])
+      }
+    } catch (err) {
+      broken = err as Error
+      throw err
+    } finally {
+      // A connection that failed mid-run may still hold the session lock: discard it, which frees it.
+      client.release(broken)
+    }
+  }
+}

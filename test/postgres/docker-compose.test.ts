@@ -1,0 +1,89 @@
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import yaml from 'js-yaml'
+import { loadConfig } from '../../src/config/load'
+
+/** No Docker engine runs here, so the compose files are checked against the config they mount. */
+const root = join(__dirname, '..', '..')
+
+interface Service {
+  image?: string
+  build?: unknown
+  entrypoint?: string[]
+  command?: string[]
+  environment?: Record<string, string>
+  volumes?: string[]
+  ports?: string[]
+  expose?: string[]
+  depends_on?: Record<string, { condition: string }>
+  healthcheck?: { test: string[] }
+}
+
+function compose(file: string): { services: Record<string, Service>; volumes?: Record<string, unknown> } {
+  return yaml.load(readFileSync(join(root, file), 'utf8')) as { services: Record<string, Service> }
+}
+
+/** Compose's ${VAR:-default} and ${VAR:?message}, resolved the way `docker compose` would with no .env. */
+function interpolate(text: string, env: Record<string, string>): string {
+  return text.replace(/\$\{(\w+)(?::([-?])([^}]*))?\}/g, (_, name: string, op: string | undefined, arg: string) => env[name] ?? (op === '-' ? arg : ''))
+}
+
+const base = compose('docker-compose.yml')
+const replicas = compose('docker-compose.replicas.yml')
+const gateways: Array<[string, Service]> = [['wardline', base.services.wardline], ['wardline-2', replicas.services['wardline-2']]]
+
+test('postgres is version 16 with a healthcheck and a data volume, and Wardline waits for it to be healthy', () => {
+  const pg = base.services.postgres
+  expect(pg.image).toMatch(/^postgres:16(\.|$|-)/)
+  expect(pg.healthcheck?.test.join(' ')).toMatch(/pg_isready/)
+  expect(pg.volumes).toContain('pgdata:/var/lib/postgresql/data')
+  expect(base.volumes).toHaveProperty('pgdata')
+  for (const [, svc] of gateways) expect(svc.depends_on?.postgres.condition).toBe('service_healthy')
+})
+
+test.each(gateways)('%s mounts the example config, which validates and agrees with the compose file', (_name, svc) => {
+  const mount = (svc.volumes ?? []).find((v) => v.endsWith(':/etc/wardline/wardline.yaml:ro'))
+  expect(mount).toBe('./examples/wardline.postgres.yaml:/etc/wardline/wardline.yaml:ro')
+  expect(svc.command).toEqual(['serve', '--config', '/etc/wardline/wardline.yaml'])
+  const env = Object.fromEntries(Object.entries(svc.environment ?? {}).map(([k, v]) => [k, interpolate(v, { WARDLINE_JWT_SECRET: 'x'.repeat(32) })]))
+  const config = loadConfig(join(root, 'examples', 'wardline.postgres.yaml'), env)
+
+  expect(config.features).toEqual({ budgetEnforcement: true, postgresStorage: true })
+  // The DSN comes from the environment variable the compose file sets, and points at its postgres service.
+  expect(readFileSync(join(root, 'examples', 'wardline.postgres.yaml'), 'utf8')).toMatch(/dsn: \$\{WARDLINE_POSTGRES_DSN\}/)
+  const dsn = new URL(config.postgres?.dsn ?? '')
+  expect(dsn.hostname).toBe('postgres')
+  expect(dsn.pathname).toBe(`/${base.services.postgres.environment?.POSTGRES_DB}`)
+  expect(dsn.username).toBe(base.services.postgres.environment?.POSTGRES_USER)
+  // The upstream is the example server service, on the port it is started with.
+  const upstream = new URL(config.upstream.url)
+  const mcp = base.services['mcp-server']
+  expect(upstream.hostname).toBe('mcp-server')
+  expect(mcp.command).toEqual(expect.arrayContaining(['--port', upstream.port, '--host', '0.0.0.0']))
+  expect(mcp.entrypoint).toEqual(['node', 'dist/examples/mcp-server.js'])
+  // The published port maps onto the port Wardline listens on, on every interface.
+  expect(config.listen.host).toBe('0.0.0.0')
+  expect((svc.ports ?? []).map((p) => p.split(':')[1])).toEqual([String(config.listen.port)])
+  // The spill file sits on a volume of its own.
+  const spillDir = config.audit.spillFile.slice(0, config.audit.spillFile.lastIndexOf('/'))
+  expect(svc.volumes).toEqual(expect.arrayContaining([expect.stringMatching(new RegExp(`^spill-\\d:${spillDir}$`))]))
+})
+
+test('two replicas share one database but publish different ports and keep separate spill volumes', () => {
+  const [a, b] = gateways.map(([, s]) => s)
+  expect(a.environment?.WARDLINE_POSTGRES_DSN).toBe(b.environment?.WARDLINE_POSTGRES_DSN)
+  expect(a.ports).not.toEqual(b.ports)
+  const spill = (s: Service) => (s.volumes ?? []).find((v) => v.startsWith('spill-'))
+  expect(spill(a)).not.toBe(spill(b))
+})
+
+test('the Dockerfile builds dist/ in a build stage and runs production dependencies as a non-root user', () => {
+  const text = readFileSync(join(root, 'Dockerfile'), 'utf8')
+  const stages = text.split(/^FROM /m).slice(1)
+  expect(stages).toHaveLength(2)
+  expect(stages[0]).toMatch(/tsc -p tsconfig.build.json/)
+  expect(stages[1]).toMatch(/npm ci --omit=dev/)
+  expect(stages[1]).toMatch(/COPY --from=build \/app\/dist/)
+  expect(stages[1]).toMatch(/^USER node$/m)
+  expect(stages[1]).toMatch(/ENTRYPOINT \["node", "dist\/src\/main.js"\]/)
+})

@@ -1,0 +1,104 @@
+import { Pool } from 'pg'
+import { identityKey } from '../../src/budget/keys'
+import { PostgresBudgetStore } from '../../src/budget/postgres-store'
+import { silentLogger } from '../../src/log'
+import { migrate } from '../../src/postgres/migrate'
+import { MIGRATIONS } from '../../src/postgres/migrations'
+import { BudgetReaper } from '../../src/postgres/reaper'
+import { bucket } from '../budget/store-contract'
+import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+
+let db: TestDatabase
+let pools: Pool[]
+
+beforeAll(async () => {
+  db = await freshDatabase()
+  pools = Array.from({ length: 5 }, () => {
+    const p = new Pool({ connectionString: db.url, max: 3 })
+    p.on('error', () => undefined)
+    return p
+  })
+})
+
+afterAll(async () => {
+  await Promise.all(pools.map((p) => p.end()))
+  await db.drop()
+})
+
+test('five replicas migrating at once apply each migration exactly once and all end at the newest version', async () => {
+  const results = await Promise.all(pools.map((p) => migrate(p, silentLogger())))
+  const newest = Math.max(...MIGRATIONS.map((m) => m.version))
+  expect(results.map((r) => r.version)).toEqual(pools.map(() => newest))
+  expect(results.flatMap((r) => r.applied).sort()).toEqual(MIGRATIONS.map((m) => m.version).sort())
+  const rows = await pools[0].query('SELECT version FROM wardline_schema_migrations ORDER BY version')
+  expect(rows.rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version))
+  expect((await migrate(pools[0], silentLogger())).applied).toEqual([])
+})
+
+test('a database migrated by a newer Wardline is refused instead of used', async () => {
+  await pools[0].query("INSERT INTO wardline_schema_migrations (version, name) VALUES (999, 'from the future')")
+  try {
+    await expect(migrate(pools[1], silentLogger())).rejects.toMatchObject({ code: 'WL_POSTGRES_UNAVAILABLE', message: expect.stringMatching(/newer than this Wardline knows/) })
+  } finally {
+    await pools[0].query('DELETE FROM wardline_schema_migrations WHERE version = 999')
+  }
+})
+
+test('a failing migration leaves the schema at the last complete version', async () => {
+  const broken = [...MIGRATIONS, { version: 1000, name: 'broken', sql: 'CREATE TABLE half_done (x int); SELECT no_such_function()' }]
+  await expect(migrate(pools[0], silentLogger(), broken)).rejects.toThrow(/migration 1000 \(broken\) failed/)
+  const table = await pools[0].query("SELECT to_regclass('half_done') AS t")
+  expect(table.rows[0].t).toBeNull()
+  const versions = await pools[0].query('SELECT max(version)::int AS v FROM wardline_schema_migrations')
+  expect(versions.rows[0].v).toBe(Math.max(...MIGRATIONS.map((m) => m.version)))
+})
+
+describe('budget reaper', () => {
+  beforeEach(async () => {
+    await pools[0].query('TRUNCATE budget_buckets')
+  })
+
+  test('deletes only expired buckets, in bounded batches, and the survivors keep their counts', async () => {
+    const store = new PostgresBudgetStore(pools[0], { checkTimeoutMs: 5000 })
+    for (let i = 0; i < 25; i++) await store.admit([bucket(identityKey('acme', `short-${i}`), 5, { windowSeconds: 10 })])
+    await store.admit([bucket(identityKey('acme', 'long'), 5, { windowSeconds: 600 })])
+    await store.admit([bucket(identityKey('acme', 'long'), 5, { windowSeconds: 600 })])
+    const reaper = new BudgetReaper(pools[1], silentLogger(), { batchSize: 10, maxBatches: 2, clockOffsetSeconds: () => 60 })
+    expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 20 }) // two batches of ten, then it stops for this run
+    expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 5 })
+    const left = await pools[0].query('SELECT key, count FROM budget_buckets')
+    expect(left.rows).toEqual([{ key: identityKey('acme', 'long'), count: 2 }])
+    await reaper.close()
+  })
+
+  test('runs on one replica at a time: a second reaper skips its turn while the first holds the lock', async () => {
+    const holder = await pools[2].connect()
+    try {
+      await holder.query('SELECT pg_advisory_lock($1)', [0x776c7270])
+      const reaper = new BudgetReaper(pools[3], silentLogger())
+      expect(await reaper.runOnce()).toEqual({ ran: false, deleted: 0 })
+      await holder.query('SELECT pg_advisory_unlock($1)', [0x776c7270])
+      expect((await reaper.runOnce()).ran).toBe(true)
+    } finally {
+      holder.release()
+    }
+  })
+
+  test('skips a bucket a budget check is holding instead of waiting for it', async () => {
+    const store = new PostgresBudgetStore(pools[0], { checkTimeoutMs: 5000 })
+    await store.admit([bucket(identityKey('acme', 'held'), 5, { windowSeconds: 1 })])
+    const holder = await pools[2].connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query('SELECT 1 FROM budget_buckets FOR UPDATE')
+      const reaper = new BudgetReaper(pools[3], silentLogger(), { clockOffsetSeconds: () => 60 })
+      const started = performance.now()
+      expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 0 })
+      expect(performance.now() - started).toBeLessThan(1000)
+      await holder.query('COMMIT')
+      expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 1 })
+    } finally {
+      holder.release()
+    }
+  })
+})

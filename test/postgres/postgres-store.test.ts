@@ -1,0 +1,140 @@
+import { Pool } from 'pg'
+import { identityKey, tenantKey, toolKey } from '../../src/budget/keys'
+import { PostgresBudgetStore } from '../../src/budget/postgres-store'
+import type { BucketCharge } from '../../src/budget/store'
+import { silentLogger } from '../../src/log'
+import { migrate } from '../../src/postgres/migrate'
+import { budgetStoreContract, bucket } from '../budget/store-contract'
+import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { PostgresProxy } from '../helpers/postgres-proxy'
+
+let db: TestDatabase
+let pool: Pool
+
+beforeAll(async () => {
+  db = await freshDatabase()
+  pool = new Pool({ connectionString: db.url, max: 20 })
+  pool.on('error', () => undefined)
+  await migrate(pool, silentLogger())
+})
+
+afterAll(async () => {
+  await pool.end()
+  await db.drop()
+})
+
+async function countOf(key: string): Promise<number | null> {
+  const r = await pool.query<{ count: number }>('SELECT count FROM budget_buckets WHERE key = $1', [key])
+  return r.rows.length === 0 ? null : r.rows[0].count
+}
+
+budgetStoreContract('PostgresBudgetStore', async () => {
+  await pool.query('TRUNCATE budget_buckets')
+  const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
+  return { store, advance: async (seconds) => store.advanceClockForTests(seconds) }
+})
+
+describe('PostgresBudgetStore', () => {
+  beforeEach(async () => {
+    await pool.query('TRUNCATE budget_buckets')
+  })
+
+  test('a check with tool, tenant and identity buckets is one round trip to the database', async () => {
+    const proxy = await PostgresProxy.start(db.url)
+    const viaProxy = new Pool({ connectionString: proxy.urlFor(db.url), max: 1 })
+    try {
+      const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 5000 })
+      const charges = [bucket(toolKey('search'), 100), bucket(tenantKey('acme'), 100), bucket(identityKey('acme', 'alice'), 100)]
+      await store.admit(charges) // opens the connection and prepares the statement
+      const before = proxy.roundTrips
+      for (let i = 0; i < 10; i++) expect((await store.admit(charges)).admitted).toBe(true)
+      expect(proxy.roundTrips - before).toBe(10)
+      expect(await countOf(identityKey('acme', 'alice'))).toBe(11)
+    } finally {
+      await viaProxy.end()
+      await proxy.close()
+    }
+  })
+
+  test('checks that share buckets in opposite orders never deadlock and stay exact', async () => {
+    const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 10_000 })
+    const a = bucket(toolKey('a'), 150)
+    const b = bucket(tenantKey('b'), 150)
+    const c = bucket(identityKey('acme', 'c'), 150)
+    const orders: BucketCharge[][] = [[a, b, c], [c, b, a], [b, c, a], [a, c, b]]
+    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => store.admit(orders[i % orders.length])))
+    expect(results.filter((r) => r.admitted)).toHaveLength(150)
+    expect(await countOf(a.key)).toBe(150)
+    expect(await countOf(b.key)).toBe(150)
+    expect(await countOf(c.key)).toBe(150)
+  })
+
+  test('windows follow the database clock: rows carry the server time, not the replica time', async () => {
+    const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
+    await store.admit([bucket(identityKey('acme', 'alice'), 5, { windowSeconds: 30 })])
+    const r = await pool.query<{ ahead: number }>(`SELECT extract(epoch FROM ends_at - now())::float8 AS ahead FROM budget_buckets`)
+    expect(r.rows[0].ahead).toBeGreaterThan(28)
+    expect(r.rows[0].ahead).toBeLessThanOrEqual(30)
+  })
+
+  test('a row lock held past the check timeout fails the check in time, and nothing is charged once it is released', async () => {
+    const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 300 })
+    const alice = bucket(identityKey('acme', 'alice'), 10)
+    await store.admit([alice])
+    const holder = await pool.connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [alice.key])
+      const started = performance.now()
+      await expect(store.admit([alice])).rejects.toThrow(/lock timeout|deadline|timeout/i)
+      expect(performance.now() - started).toBeLessThan(1000)
+      // Hold the lock well past the check's bound, as a stuck transaction would.
+      await new Promise((resolve) => setTimeout(resolve, 400))
+      await holder.query('COMMIT')
+    } finally {
+      holder.release()
+    }
+    // Give a ghost every chance to land, then look: the abandoned check must not have charged.
+    await pool.query('SELECT pg_sleep(0.1)')
+    expect(await countOf(alice.key)).toBe(1)
+    expect((await store.admit([alice])).buckets[0].remaining).toBe(8)
+  })
+
+  test('a hung network fails the check at its deadline and the late statement never charges', async () => {
+    const proxy = await PostgresProxy.start(db.url)
+    const viaProxy = new Pool({ connectionString: proxy.urlFor(db.url), max: 2 })
+    viaProxy.on('error', () => undefined)
+    try {
+      const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 250 })
+      const alice = bucket(identityKey('acme', 'alice'), 10)
+      await store.admit([alice])
+      proxy.pause()
+      const started = performance.now()
+      await expect(store.admit([alice])).rejects.toThrow(/no budget verdict|timeout/i)
+      expect(performance.now() - started).toBeLessThan(800)
+      // The statement reaches the server only now, after its deadline: it must roll back.
+      proxy.resume()
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      expect(await countOf(alice.key)).toBe(1)
+    } finally {
+      await viaProxy.end()
+      await proxy.close()
+    }
+  })
+
+  test('an unreachable database rejects the check instead of hanging', async () => {
+    const proxy = await PostgresProxy.start(db.url)
+    const viaProxy = new Pool({ connectionString: proxy.urlFor(db.url), max: 2 })
+    viaProxy.on('error', () => undefined)
+    try {
+      const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 1000 })
+      proxy.refuse()
+      const started = performance.now()
+      await expect(store.admit([bucket(identityKey('acme', 'alice'), 10)])).rejects.toThrow()
+      expect(performance.now() - started).toBeLessThan(1500)
+    } finally {
+      await viaProxy.end()
+      await proxy.close()
+    }
+  })
+})

@@ -1,0 +1,99 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import yaml from 'js-yaml'
+import { Pool } from 'pg'
+import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
+import { MIGRATIONS } from '../../src/postgres/migrations'
+import { MCP_HEADERS, as, tempDir, toolCall } from '../helpers/harness'
+import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+
+interface Replica {
+  readonly child: ChildProcess
+  readonly url: string
+}
+
+/** Starts `wardline serve` in its own process and reads its address from the "listening" log line. */
+async function startReplica(configFile: string): Promise<Replica> {
+  const child = spawn(process.execPath, [join(__dirname, '..', 'helpers', 'gateway-process.js'), configFile], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let log = ''
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`replica did not start: ${log}`)), 20_000)
+    child.stderr?.on('data', (chunk: Buffer) => {
+      log += chunk.toString()
+      const m = /"listen":"([^"]+)"[^\n]*"message":"wardline listening"|"message":"wardline listening"[^\n]*"listen":"([^"]+)"/.exec(log)
+      if (m) {
+        clearTimeout(timer)
+        resolve(`http://${m[1] ?? m[2]}`)
+      }
+    })
+    child.once('exit', (code) => {
+      clearTimeout(timer)
+      reject(new Error(`replica exited (${code}): ${log}`))
+    })
+  })
+  return { child, url }
+}
+
+async function stop(replica: Replica): Promise<number | null> {
+  const exited = new Promise<number | null>((resolve) => replica.child.once('exit', (code) => resolve(code)))
+  replica.child.kill('SIGTERM')
+  return exited
+}
+
+let db: TestDatabase
+let upstream: ExampleServer
+let pool: Pool
+
+beforeAll(async () => {
+  db = await freshDatabase()
+  upstream = await startExampleServer({ mode: 'stateless-json' })
+  pool = new Pool({ connectionString: db.url, max: 2 })
+  pool.on('error', () => undefined)
+})
+
+afterAll(async () => {
+  await pool.end()
+  await upstream.close()
+  await db.drop()
+})
+
+test('two gateway processes on one database admit exactly the shared limit in total, counted from audit_entries', async () => {
+  const dir = tempDir()
+  const files: string[] = []
+  for (const name of ['a', 'b']) {
+    const file = join(dir, `${name}.yaml`)
+    writeFileSync(file, yaml.dump({
+      listen: '127.0.0.1:0',
+      upstream: upstream.url,
+      log_level: 'info',
+      auth: { mode: 'header' },
+      features: { budget_enforcement: true, postgres_storage: true },
+      postgres: { dsn: db.url, max_connections: 5 },
+      budget: { requests_per_window: 1000, window_seconds: 300, tools: { echo: { requests_per_window: 30, window_seconds: 300 } } },
+      audit: { output: join(dir, `${name}.jsonl`), spill_file: join(dir, `${name}-spill.jsonl`) },
+    }))
+    files.push(file)
+  }
+  // Started at the same moment: both run the migrations; the advisory lock lets one do it.
+  const started = await Promise.all(files.map((file) => startReplica(file)))
+  let exitCodes: Array<number | null> = []
+  try {
+    const statuses = await Promise.all(Array.from({ length: 100 }, async (_, i) => {
+      const replica = started[i % 2]
+      const res = await fetch(`${replica.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(`user-${i % 7}`) }, body: JSON.stringify(toolCall('echo', { text: 'hi' }, i)) })
+      await res.arrayBuffer()
+      return res.status
+    }))
+    expect(statuses.filter((s) => s === 200)).toHaveLength(30)
+    expect(statuses.filter((s) => s === 429)).toHaveLength(70)
+  } finally {
+    // SIGTERM: each process flushes its audit trail into Postgres before it exits.
+    exitCodes = await Promise.all(started.map(stop))
+  }
+  expect(exitCodes).toEqual([0, 0])
+  const decisions = await pool.query<{ decision: string; n: number }>("SELECT decision, count(*)::int AS n FROM audit_entries WHERE tool = 'echo' GROUP BY decision ORDER BY decision")
+  expect(decisions.rows).toEqual([{ decision: 'allow', n: 30 }, { decision: 'throttled', n: 70 }])
+  const migrations = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM wardline_schema_migrations')
+  expect(migrations.rows[0].n).toBe(MIGRATIONS.length)
+}, 60_000)
