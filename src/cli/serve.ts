@@ -1,7 +1,7 @@
 import { loadConfig } from '../config/load'
 import type { Config } from '../config/types'
 import { ConfigError, describeError } from '../errors'
-import { createLogger } from '../log'
+import { createLogger, type Logger } from '../log'
 import { type RunningGateway, startGateway } from '../server/compose'
 
 /**
@@ -38,7 +38,25 @@ export async function serve(configPath: string): Promise<RunningGateway> {
       },
     )
   }
+  process.on('SIGHUP', () => reload(configPath, gateway, log))
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
   return gateway
+}
+
+/**
+ * SIGHUP: re-read the file and apply its budget and policy. A file that fails validation changes
+ * nothing: the running configuration stays, and every problem is logged.
+ */
+export function reload(configPath: string, gateway: RunningGateway, log: Logger): boolean {
+  let next: Config
+  try {
+    next = loadConfig(configPath)
+  } catch (err) {
+    const problems = err instanceof ConfigError ? err.problems : [describeError(err)]
+    log.error('configuration reload rejected: the running configuration is unchanged', { config: configPath, problems })
+    return false
+  }
+  gateway.reload(next)
+  return true
 }

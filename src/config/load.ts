@@ -12,7 +12,7 @@ import type { AuditConfig, Config, Features, LogLevel } from './types'
 
 const TOP_LEVEL_KEYS = [
   'listen', 'upstream', 'upstream_timeout_seconds', 'upstream_connections', 'max_body_bytes',
-  'shutdown_grace_seconds', 'log_level', 'features', 'audit', 'auth', 'budget', 'policy', 'policy_file', 'postgres',
+  'shutdown_grace_seconds', 'shutdown_delay_seconds', 'log_level', 'features', 'audit', 'auth', 'budget', 'policy', 'policy_file', 'postgres',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
 
@@ -72,6 +72,8 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     },
     limits: { maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 1024 * 1024, 1, 1024 * 1024 * 1024) },
     shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),
+    // 0 by default: a plain process stops at once; behind a load balancer set it above the probe interval.
+    shutdownDelaySeconds: r.number(o.shutdown_delay_seconds, 'shutdown_delay_seconds', 0, 0, 600),
     logLevel: r.oneOf<LogLevel>(o.log_level, 'log_level', ['error', 'warn', 'info', 'debug'], 'info'),
     features,
     audit,

@@ -7,6 +7,8 @@ export interface Config {
   readonly upstream: UpstreamConfig
   readonly limits: { readonly maxBodyBytes: number }
   readonly shutdownGraceSeconds: number
+  /** After SIGTERM, how long /readyz says 503 while the listener still accepts (load balancers catch up). */
+  readonly shutdownDelaySeconds: number
   readonly logLevel: LogLevel
   readonly features: Features
   readonly audit: AuditConfig

@@ -44,7 +44,16 @@ export interface RunningGateway {
   readonly audit: AuditTrail
   /** Graceful stop: readiness 503, stop accepting, let in-flight requests finish (bounded), flush audit, release. */
   shutdown(): Promise<void>
+  /**
+   * Applies a new, already validated Config's `budget` and `policy` to requests that start from now on,
+   * keeping every count already used (the store stays). Returns the top-level keys that changed but
+   * only take effect after a restart; they are left as they were.
+   */
+  reload(next: Config): string[]
 }
+
+/** Sections a reload can apply; anything else holds sockets, keys or pools and needs a restart. */
+const RELOADABLE: ReadonlySet<keyof Config> = new Set(['budget', 'policy'])
 
 /** The composition root: turns a validated Config into a listening gateway. */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
@@ -80,14 +89,15 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
 
   const authenticator = await openAuthenticator(config, log)
   const upstream = new Upstream(config.upstream)
-  const budget = openBudget(config, metrics, log, closers, options.budgetStore ?? (pool === null ? undefined : await openPostgresBudget(pool, config, log, closers)))
-  const stages: Stage[] = [
-    authStage(authenticator, config.auth),
-    jsonRpcStage(config.limits.maxBodyBytes),
-    ...(budget === null ? [] : [budget]),   // budget before policy (DESIGN.md)
-    ...policyStages(config, log),
-  ]
-  const gateway = new Gateway(stages, upstream, audit, log)
+  const store = openBudgetStore(config, log, closers, options.budgetStore ?? (pool === null ? undefined : await openPostgresBudget(pool, config, log, closers)))
+  const leading = [authStage(authenticator, config.auth), jsonRpcStage(config.limits.maxBodyBytes)]
+  let budget: BudgetStage | null = null
+  const stagesFor = (cfg: Config): Stage[] => {
+    budget = store === null ? null : budgetStage(store, cfg.budget, metrics, log)
+    return [...leading, ...(budget === null ? [] : [budget]), ...policyStages(cfg, log)] // budget before policy (DESIGN.md)
+  }
+  const gateway = new Gateway(stagesFor(config), upstream, audit, log)
+  let current = config
 
   let shuttingDown = false
   const routes = localRoutes({
@@ -96,7 +106,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     isShuttingDown: () => shuttingDown,
     beforeMetrics: () => audit.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
-    readyDetails: budget === null ? undefined : () => ({ budget_fail_opens_last_minute: budget.failOpensLastMinute() }),
+    readyDetails: store === null ? undefined : () => ({ budget_fail_opens_last_minute: budget?.failOpensLastMinute() ?? 0 }),
   })
   const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
     if (!routes.handle(req, res)) void gateway.handle(req, res)
@@ -118,6 +128,11 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const shutdown = (): Promise<void> => {
     stopping ??= (async () => {
       shuttingDown = true
+      if (config.shutdownDelaySeconds > 0) {
+        // Keep serving while /readyz says 503, so load balancers stop sending before connections are refused.
+        log.info('not ready: still serving during shutdown_delay_seconds', { seconds: config.shutdownDelaySeconds })
+        await new Promise((r) => setTimeout(r, config.shutdownDelaySeconds * 1000))
+      }
       const closed = new Promise<void>((resolve) => server.close(() => resolve()))
       const deadline = Date.now() + config.shutdownGraceSeconds * 1000
       while (gateway.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
@@ -135,11 +150,22 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     return stopping
   }
 
-  return { url: `http://${host}:${address.port}`, server, metrics, audit, shutdown }
+  const reload = (next: Config): string[] => {
+    const restartNeeded = (Object.keys(next) as Array<keyof Config>).filter(
+      (key) => !RELOADABLE.has(key) && JSON.stringify(next[key]) !== JSON.stringify(current[key]),
+    )
+    gateway.replaceStages(stagesFor({ ...current, budget: next.budget, policy: next.policy }))
+    current = { ...current, budget: next.budget, policy: next.policy }
+    log.info('configuration reloaded: budget and policy apply to new requests; budget counts kept', { restart_needed_for: restartNeeded })
+    if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })
+    return restartNeeded
+  }
+
+  return { url: `http://${host}:${address.port}`, server, metrics, audit, shutdown, reload }
 }
 
-/** The budget stage, or null (and nothing counted) while features.budget_enforcement is off. */
-function openBudget(config: Config, metrics: Metrics, log: Logger, closers: Array<() => Promise<void> | void>, injected?: BudgetStore): BudgetStage | null {
+/** The budget store, or null (and nothing counted) while features.budget_enforcement is off. */
+function openBudgetStore(config: Config, log: Logger, closers: Array<() => Promise<void> | void>, injected?: BudgetStore): BudgetStore | null {
   if (!config.features.budgetEnforcement) {
     if (config.budget.configured) log.warn('features.budget_enforcement is false: the budget: block is ignored and nothing is counted')
     return null
@@ -150,7 +176,7 @@ function openBudget(config: Config, metrics: Metrics, log: Logger, closers: Arra
     log.info('budgets are kept in memory: limits are per process, so each replica enforces them separately (features.postgres_storage shares them)')
   }
   closers.push(() => store.close())
-  return budgetStage(store, config.budget, metrics, log)
+  return store
 }
 
 async function openAuthenticator(config: Config, log: Logger): Promise<Authenticator> {

@@ -15,6 +15,8 @@ export interface Harness {
   /** http://127.0.0.1:<port> of the gateway. */
   readonly url: string
   readonly config: Config
+  /** The YAML-shaped tree the config was read from (to build a changed one for a reload). */
+  readonly tree: Record<string, unknown>
   readonly auditFile: string
   /** Flushes the audit writer, then reads every entry written so far. */
   audit(): Promise<AuditEntry[]>
@@ -59,6 +61,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     upstream,
     url: gateway.url,
     config,
+    tree,
     auditFile,
     audit: async () => {
       await gateway.audit.flush()

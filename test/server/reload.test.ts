@@ -1,0 +1,94 @@
+import { writeFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import yaml from 'js-yaml'
+import { reload } from '../../src/cli/serve'
+import { loadConfig } from '../../src/config/load'
+import { silentLogger } from '../../src/log'
+import { MCP_HEADERS, as, configFrom, startHarness, tempDir, toolCall, type Harness } from '../helpers/harness'
+
+async function call(h: Harness, tool: string, identity = 'alice'): Promise<number> {
+  const res = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...as(identity) },
+    body: JSON.stringify(toolCall(tool, { text: 'hi' })),
+  })
+  await res.arrayBuffer()
+  return res.status
+}
+
+/** The harness's config with some keys changed, read the way the file would be (same base directory). */
+function changed(h: Harness, tree: Record<string, unknown>) {
+  return configFrom(tree, {}, dirname(h.auditFile))
+}
+
+const BASE = {
+  features: { budget_enforcement: true },
+  budget: { requests_per_window: 2, window_seconds: 3600 },
+}
+
+describe('reloading budget and policy without a restart', () => {
+  let h: Harness
+  beforeEach(async () => {
+    h = await startHarness({ mode: 'stateless-json', config: BASE })
+  })
+  afterEach(async () => {
+    await h.close()
+  })
+
+  test('a raised limit applies at once and the calls already used still count', async () => {
+    expect([await call(h, 'echo'), await call(h, 'echo'), await call(h, 'echo')]).toEqual([200, 200, 429])
+    h.gateway.reload(changed(h, { ...h.tree, ...BASE, budget: { requests_per_window: 3, window_seconds: 3600 } }))
+    expect([await call(h, 'echo'), await call(h, 'echo')]).toEqual([200, 429])
+  })
+
+  test('a policy added by a reload denies the next call, and the audit names its rule', async () => {
+    expect(await call(h, 'echo')).toBe(200)
+    h.gateway.reload(changed(h, { ...h.tree, ...BASE, policy: { default: 'allow', rules: [{ identity: 'alice', tool: 'echo', effect: 'deny' }] } }))
+    expect(await call(h, 'echo')).toBe(403)
+    const last = (await h.audit()).at(-1)
+    expect(last).toMatchObject({ identity: 'alice', tool: 'echo', decision: 'deny', reason: 'rule 0' })
+  })
+
+  test('settings that need a restart are reported and left as they were', async () => {
+    const restart = h.gateway.reload(changed(h, { ...h.tree, ...BASE, upstream: 'http://127.0.0.1:9', max_body_bytes: 10 }))
+    expect(restart.sort()).toEqual(['limits', 'upstream'])
+    expect(await call(h, 'echo')).toBe(200) // still the old upstream, still the old body limit
+  })
+})
+
+describe('SIGHUP reload from the file', () => {
+  test('a file that fails validation changes nothing and the gateway keeps serving', async () => {
+    const h = await startHarness({ mode: 'stateless-json', config: BASE })
+    try {
+      const dir = tempDir()
+      const file = join(dir, 'wardline.yaml')
+      const tree = { ...h.tree, ...BASE, policy: { default: 'deny' } }
+      writeFileSync(file, yaml.dump({ ...tree, policy: { default: 'sometimes' } }))
+      expect(reload(file, h.gateway, silentLogger())).toBe(false)
+      expect(await call(h, 'echo')).toBe(200)
+
+      writeFileSync(file, yaml.dump(tree))
+      expect(loadConfig(file).policy?.default).toBe('deny')
+      expect(reload(file, h.gateway, silentLogger())).toBe(true)
+      expect(await call(h, 'echo')).toBe(403)
+    } finally {
+      await h.close()
+    }
+  })
+})
+
+describe('shutdown_delay_seconds', () => {
+  test('readiness turns 503 while calls are still served, then the listener closes', async () => {
+    const h = await startHarness({ mode: 'stateless-json', config: { shutdown_delay_seconds: 0.5 } })
+    const stopped = h.gateway.shutdown()
+    try {
+      const ready = await fetch(`${h.url}/readyz`)
+      expect(ready.status).toBe(503)
+      expect(await call(h, 'echo')).toBe(200)
+    } finally {
+      await stopped
+      await h.upstream.close()
+    }
+    await expect(fetch(`${h.url}/healthz`)).rejects.toThrow()
+  })
+})
