@@ -1,16 +1,10 @@
 import { parseConfig } from '../../src/config/load'
-import { ConfigError } from '../../src/errors'
+import { configProblems } from '../helpers/harness'
 
 const BASE = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
 
 function problems(text: string): string[] {
-  try {
-    parseConfig(BASE + text, { env: {}, baseDir: '/srv' })
-  } catch (err) {
-    if (err instanceof ConfigError) return [...err.problems]
-    throw err
-  }
-  return []
+  return configProblems(BASE + text)
 }
 
 describe('budget configuration', () => {

@@ -1,14 +1,8 @@
 import { parseConfig } from '../../src/config/load'
-import { ConfigError } from '../../src/errors'
+import { configProblems } from '../helpers/harness'
 
 function problems(text: string, env: NodeJS.ProcessEnv = {}): string[] {
-  try {
-    parseConfig(text, { env, baseDir: '/srv' })
-  } catch (err) {
-    if (err instanceof ConfigError) return [...err.problems]
-    throw err
-  }
-  return []
+  return configProblems(text, '/srv', env)
 }
 
 describe('configuration loading', () => {

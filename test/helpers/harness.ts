@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
 import { parseConfig } from '../../src/config/load'
+import { ConfigError } from '../../src/errors'
 import type { Config } from '../../src/config/types'
 import type { AuditEntry } from '../../src/audit/entry'
 import { silentLogger } from '../../src/log'
@@ -40,6 +41,17 @@ export function tempDir(prefix = 'wardline-test-'): string {
 /** Builds a validated Config from a YAML-shaped tree, the way an operator's file would be read. */
 export function configFrom(tree: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, baseDir = process.cwd()): Config {
   return parseConfig(yaml.dump(tree), { env, baseDir })
+}
+
+/** Every problem parseConfig reports for `text` (empty when it is valid). */
+export function configProblems(text: string, baseDir = '/srv', env: NodeJS.ProcessEnv = {}): string[] {
+  try {
+    parseConfig(text, { env, baseDir })
+  } catch (err) {
+    if (err instanceof ConfigError) return [...err.problems]
+    throw err
+  }
+  return []
 }
 
 /** Starts the example MCP server and a real gateway in front of it, both on port 0. */

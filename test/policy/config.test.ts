@@ -2,19 +2,12 @@ import { spawnSync } from 'node:child_process'
 import { existsSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseConfig } from '../../src/config/load'
-import { ConfigError } from '../../src/errors'
-import { tempDir } from '../helpers/harness'
+import { configProblems, tempDir } from '../helpers/harness'
 
 const BASE = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
 
 function problems(text: string, baseDir = '/srv'): string[] {
-  try {
-    parseConfig(text, { env: {}, baseDir })
-  } catch (err) {
-    if (err instanceof ConfigError) return [...err.problems]
-    throw err
-  }
-  return []
+  return configProblems(text, baseDir)
 }
 
 describe('policy configuration', () => {
