@@ -46,22 +46,30 @@ function classify(message: unknown): RpcCall | string {
   }
   if (typeof m.method !== 'string' || m.method === '') return 'method must be a non-empty string'
   const method = m.method
+  if (CONTROL.test(method)) return 'method contains control characters'
   const params = m.params
   if (params !== undefined && (typeof params !== 'object' || params === null)) return 'params must be an object or an array'
   const p = (params ?? {}) as Record<string, unknown>
   if (method === 'tools/call') {
     if (typeof p.name !== 'string' || p.name === '') return 'tools/call needs params.name as a non-empty string'
-    return { id, method, target: p.name, gated: true, reason: '' }
+    return gatedCall(id, method, p.name)
   }
   // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
   // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name.
-  if (method.startsWith('resources/')) {
-    return { id, method, target: typeof p.uri === 'string' ? p.uri : '', gated: true, reason: '' }
-  }
-  if (method.startsWith('prompts/')) {
-    return { id, method, target: typeof p.name === 'string' ? p.name : '', gated: true, reason: '' }
-  }
+  if (method.startsWith('resources/')) return gatedCall(id, method, typeof p.uri === 'string' ? p.uri : '')
+  if (method.startsWith('prompts/')) return gatedCall(id, method, typeof p.name === 'string' ? p.name : '')
   return { id, method, target: '', gated: false, reason: '' }
+}
+
+/**
+ * C0, DEL and C1 controls. No legitimate method, tool name, prompt name or URI holds one, and a
+ * target ends up in audit lines, logs and database rows (Postgres text refuses NUL outright).
+ */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
+
+function gatedCall(id: JsonRpcId | undefined, method: string, target: string): RpcCall | string {
+  if (CONTROL.test(target)) return `${method} target contains control characters`
+  return { id, method, target, gated: true, reason: '' }
 }
 
 function isId(value: unknown): boolean {

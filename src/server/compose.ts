@@ -139,8 +139,12 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       if (gateway.inFlight > 0) log.warn('shutdown grace period over: closing open requests', { in_flight: gateway.inFlight })
       server.closeAllConnections()
       await closed
-      // Requests cut short above still write their audit entry in their `finally`: let them.
-      await new Promise((r) => setImmediate(r))
+      // Requests cut short above write their audit entry in their `finally` once their relay or stage
+      // settles (a budget check is bounded by check_timeout_seconds): wait for that, bounded, so the
+      // trail is complete before it is flushed and closed.
+      const settleBy = Date.now() + Math.max(2000, config.budget.checkTimeoutSeconds * 1000 + 1000)
+      while (gateway.inFlight > 0 && Date.now() < settleBy) await new Promise((r) => setTimeout(r, 10))
+      if (gateway.inFlight > 0) log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
       await audit.close()
       await upstream.destroy()
       authenticator.close?.()
