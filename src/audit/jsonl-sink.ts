@@ -4,10 +4,22 @@ import { dirname } from 'node:path'
 import type { AuditEntry } from './entry'
 import type { AuditSink } from './sink'
 
+/**
+ * A closed stdout (the reader of a pipe went away) emits 'error' on process.stdout; unheard, that
+ * would kill the gateway. One listener for the process turns it into failed writes instead.
+ */
+let stdoutGuarded = false
+function guardStdout(): void {
+  if (stdoutGuarded) return
+  stdoutGuarded = true
+  process.stdout.on('error', () => undefined) // each write's callback reports its own failure
+}
+
 /** Appends one JSON object per line to a file, or to stdout (which then carries nothing else). */
 export class JsonlAuditSink implements AuditSink {
   readonly name: string
   private file: FileHandle | null = null
+  private closed = false
 
   private constructor(private readonly path: string | 'stdout') {
     this.name = path === 'stdout' ? 'stdout' : `jsonl:${path}`
@@ -15,7 +27,9 @@ export class JsonlAuditSink implements AuditSink {
 
   static async open(path: string | 'stdout'): Promise<JsonlAuditSink> {
     const sink = new JsonlAuditSink(path)
-    if (path !== 'stdout') {
+    if (path === 'stdout') {
+      guardStdout()
+    } else {
       mkdirSync(dirname(path), { recursive: true })
       // O_APPEND: every write lands at the end even if an operator's tool truncates or rotates by copy.
       sink.file = await open(path, 'a')
@@ -24,6 +38,7 @@ export class JsonlAuditSink implements AuditSink {
   }
 
   async write(entries: readonly AuditEntry[]): Promise<void> {
+    if (this.closed) throw new Error(`audit sink ${this.name} is closed`)
     let text = ''
     for (const e of entries) text += JSON.stringify(e) + '\n'
     if (this.file !== null) {
@@ -31,11 +46,16 @@ export class JsonlAuditSink implements AuditSink {
       return
     }
     await new Promise<void>((resolve, reject) => {
+      if (process.stdout.destroyed || !process.stdout.writable) {
+        reject(new Error('stdout is closed'))
+        return
+      }
       process.stdout.write(text, (err) => (err ? reject(err) : resolve()))
     })
   }
 
   async close(): Promise<void> {
+    this.closed = true
     await this.file?.close()
     this.file = null
   }

@@ -8,18 +8,29 @@ import type { AuthResult, Authenticator } from './stage'
  */
 export class HeaderAuthenticator implements Authenticator {
   authenticate(ex: Exchange): AuthResult {
-    const identity = single(ex.req.headers['x-wardline-identity'])
-    if (identity === undefined || identity === '') {
-      return { failed: true, reason: 'missing X-Wardline-Identity header', bearerError: null }
-    }
-    const tenantHeader = single(ex.req.headers['x-wardline-tenant'])
-    const tenant = tenantHeader === undefined || tenantHeader === '' ? DEFAULT_TENANT : tenantHeader
+    const identity = single(ex.req.headersDistinct['x-wardline-identity'])
+    if (identity === null) return { failed: true, reason: 'more than one X-Wardline-Identity header', bearerError: null }
+    if (identity === '') return { failed: true, reason: 'missing X-Wardline-Identity header', bearerError: null }
+    const tenantHeader = single(ex.req.headersDistinct['x-wardline-tenant'])
+    if (tenantHeader === null) return { failed: true, reason: 'more than one X-Wardline-Tenant header', bearerError: null }
+    const tenant = tenantHeader === '' ? DEFAULT_TENANT : tenantHeader
     const problem = principalProblem('identity', identity) ?? principalProblem('tenant', tenant)
     if (problem !== null) return { failed: true, reason: problem, bearerError: null }
     return { identity, tenant }
   }
 }
 
-function single(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value
+/**
+ * The one value of a header as UTF-8 text ('' when absent, null when repeated: Node would join two
+ * copies into "alice, bob", a caller nobody meant). Node reads header bytes as Latin-1, so a proxy's
+ * raw UTF-8 (`José`) is decoded back here; a value that is not valid UTF-8 stays as Latin-1.
+ */
+function single(values: string[] | undefined): string | null {
+  if (values === undefined) return ''
+  if (values.length !== 1) return null
+  const value = values[0]
+  if (!/[\u0080-\u00ff]/.test(value)) return value
+  const bytes = Buffer.from(value, 'latin1')
+  const text = bytes.toString('utf8')
+  return Buffer.from(text, 'utf8').equals(bytes) ? text : value
 }

@@ -34,6 +34,9 @@ export function authStage(authenticator: Authenticator, config: AuthConfig): Sta
   return {
     name: 'auth',
     async run(ex: Exchange) {
+      // A CORS preflight never carries credentials (Fetch standard, CORS-preflight request): it goes
+      // to the upstream, which owns its CORS policy, with no identity. It has no body and runs nothing.
+      if (ex.req.method === 'OPTIONS' && ex.req.headers['access-control-request-method'] !== undefined) return CONTINUE
       const result = await authenticator.authenticate(ex)
       if (!isFailure(result)) {
         ex.principal = result

@@ -58,7 +58,14 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   const listen = readListen(r, o.listen)
   const upstreamUrl = r.string(o.upstream, 'upstream', '', { nonEmpty: true })
   if (o.upstream === undefined) r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001)')
-  else if (upstreamUrl) checkUrl(r, upstreamUrl, 'upstream', ['http:', 'https:'])
+  else if (upstreamUrl) {
+    checkUrl(r, upstreamUrl, 'upstream', ['http:', 'https:'])
+    // Only scheme, host, port and a base path are used: anything else would be silently dropped.
+    const parsed = URL.canParse(upstreamUrl) ? new URL(upstreamUrl) : null
+    if (parsed && (parsed.search || parsed.hash || parsed.username || parsed.password)) {
+      r.note('upstream', 'must not have a query, a fragment or credentials (only scheme, host, port and a base path are used)')
+    }
+  }
 
   const features = readFeatures(r, o.features)
   const audit = readAudit(r, o.audit, resolvePath)

@@ -65,18 +65,10 @@ export class Exchange {
   get sessionId(): string {
     const value = this.req.headers['mcp-session-id']
     if (typeof value === 'string') return value
+    // The legacy transport's POST /messages?sessionId=…, read the way the upstream reads it (first value).
     const url = this.req.url ?? ''
-    const at = url.indexOf('sessionId=')
-    if (at < 0) return ''
-    const end = url.indexOf('&', at)
-    return decodeURIComponentSafe(url.slice(at + 10, end < 0 ? undefined : end))
-  }
-}
-
-function decodeURIComponentSafe(text: string): string {
-  try {
-    return decodeURIComponent(text)
-  } catch {
-    return text
+    const q = url.indexOf('?')
+    if (q < 0 || !url.includes('sessionId=', q)) return ''
+    return new URLSearchParams(url.slice(q + 1)).get('sessionId') ?? ''
   }
 }

@@ -25,6 +25,7 @@ import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
 import { Upstream } from '../upstream/forward'
+import { requestTargetStage } from '../upstream/target-stage'
 import { Gateway } from './gateway'
 import { type ReadinessCheck, localRoutes } from './routes'
 
@@ -90,7 +91,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const authenticator = await openAuthenticator(config, log)
   const upstream = new Upstream(config.upstream)
   const store = openBudgetStore(config, log, closers, options.budgetStore ?? (pool === null ? undefined : await openPostgresBudget(pool, config, log, closers)))
-  const leading = [authStage(authenticator, config.auth), jsonRpcStage(config.limits.maxBodyBytes)]
+  const leading = [authStage(authenticator, config.auth), requestTargetStage(), jsonRpcStage(config.limits.maxBodyBytes)]
   let budget: BudgetStage | null = null
   const stagesFor = (cfg: Config): Stage[] => {
     budget = store === null ? null : budgetStage(store, cfg.budget, metrics, log)

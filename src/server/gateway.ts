@@ -2,23 +2,11 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
 import { WardlineError, describeError } from '../errors'
-import { INVALID_REQUEST, writeRpcError } from '../jsonrpc/reply'
+import { writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
 import { Exchange } from '../pipeline/exchange'
 import { type Refusal, type Stage, runStages } from '../pipeline/stage'
 import type { Upstream } from '../upstream/forward'
-
-/** Methods the MCP transports use. Anything else (PUT, PATCH, TRACE…) could carry an uninspected body. */
-const FORWARDED_METHODS = new Set(['GET', 'POST', 'DELETE', 'HEAD', 'OPTIONS'])
-
-const METHOD_NOT_ALLOWED: Refusal = {
-  status: 405,
-  decision: 'error',
-  reason: 'HTTP method not forwarded',
-  message: 'Method not allowed',
-  rpcCode: INVALID_REQUEST,
-  headers: { allow: [...FORWARDED_METHODS].join(', ') },
-}
 
 /** Runs one proxied request: stages, then the upstream or a local answer, then exactly one audit record. */
 export class Gateway {
@@ -41,7 +29,7 @@ export class Gateway {
     const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
     this.inFlight++
     try {
-      const refusal = FORWARDED_METHODS.has(req.method ?? '') ? await runStages(this.stages, ex) : METHOD_NOT_ALLOWED
+      const refusal = await runStages(this.stages, ex)
       if (refusal !== null) refuse(ex, refusal)
       else await this.upstream.forward(ex)
     } catch (err) {
@@ -76,7 +64,10 @@ const MESSAGES: Record<number, string> = {
 export function refuse(ex: Exchange, refusal: Refusal): void {
   ex.decision = refusal.decision
   ex.status = refusal.status
-  if (!ex.reason || refusal.decision !== 'allow') ex.reason = refusal.reason
+  ex.reason = refusal.reason
   const id = refusal.id !== undefined ? refusal.id : ex.replyId
-  writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, refusal.headers)
+  // Refused before its body was read (a 401): close rather than let Node drain a body of any size
+  // from a caller nobody has authenticated.
+  const headers = ex.req.complete ? refusal.headers : { ...refusal.headers, connection: 'close' }
+  writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, headers)
 }

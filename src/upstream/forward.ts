@@ -11,25 +11,33 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT'])
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT'])
 
 /**
- * The terminal stage: one undici Pool (keep-alive) for every request. Responses stream straight to the
- * client chunk by chunk, with backpressure both ways; a client that leaves aborts the upstream request.
+ * The terminal stage. Responses stream straight to the client chunk by chunk, with backpressure both
+ * ways; a client that leaves aborts the upstream request.
+ *
+ * Two undici Pools (keep-alive): GETs (the standalone SSE stream, legacy /sse) hold their connection for
+ * as long as the client listens, so they get a pool of their own without a connection cap; were they
+ * to share the bounded pool, a few hundred open streams would leave every POST queued forever.
  */
 export class Upstream {
   private readonly pool: Pool
+  private readonly streams: Pool
   private readonly origin: URL
   private readonly basePath: string
+  private readonly timeoutMs: number
 
   constructor(config: UpstreamConfig) {
     this.origin = new URL(config.url)
     this.basePath = this.origin.pathname.replace(/\/+$/, '')
-    this.pool = new Pool(this.origin.origin, {
-      connections: config.connections,
+    this.timeoutMs = config.timeoutSeconds * 1000
+    const options = {
       pipelining: 1,
-      headersTimeout: config.timeoutSeconds * 1000,
+      headersTimeout: this.timeoutMs,
       // 0: no idle-body timeout, so a quiet SSE stream (a GET stream waiting for server events) lives on.
       bodyTimeout: 0,
-      connectTimeout: Math.min(10_000, config.timeoutSeconds * 1000),
-    })
+      connectTimeout: Math.min(10_000, this.timeoutMs),
+    }
+    this.pool = new Pool(this.origin.origin, { ...options, connections: config.connections })
+    this.streams = new Pool(this.origin.origin, { ...options, connections: null })
   }
 
   /**
@@ -39,7 +47,9 @@ export class Upstream {
   forward(ex: Exchange): Promise<void> {
     const req = ex.req
     const headers = upstreamRequestHeaders(req.rawHeaders, req.headers)
-    if (ex.principal !== null) headers.push('x-wardline-identity', ex.principal.identity, 'x-wardline-tenant', ex.principal.tenant)
+    if (ex.principal !== null) {
+      headers.push('x-wardline-identity', headerSafe(ex.principal.identity), 'x-wardline-tenant', headerSafe(ex.principal.tenant))
+    }
     headers.push('x-wardline-request-id', ex.requestId)
     const remote = req.socket.remoteAddress
     if (remote) {
@@ -47,8 +57,8 @@ export class Upstream {
       headers.push('x-forwarded-for', prior ? `${prior}, ${remote}` : remote)
     }
     return new Promise((resolve, reject) => {
-      const handler = new RelayHandler(ex, resolve, reject)
-      this.pool.dispatch(
+      const handler = new RelayHandler(ex, resolve, reject, this.timeoutMs)
+      ;(req.method === 'GET' ? this.streams : this.pool).dispatch(
         {
           origin: this.origin.origin,
           path: this.basePath + (req.url ?? '/'),
@@ -61,35 +71,54 @@ export class Upstream {
     })
   }
 
-  close(): Promise<void> {
-    return this.pool.close()
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.streams.close()])
   }
 
-  destroy(): Promise<void> {
-    return this.pool.destroy()
+  async destroy(): Promise<void> {
+    await Promise.all([this.pool.destroy(), this.streams.destroy()])
   }
+}
+
+/**
+ * Header values are Latin-1 on the wire, so identities and tenants (any Unicode) travel
+ * percent-encoded as UTF-8 (RFC 3986 §2.1). Printable ASCII other than `%` stays as it is, so
+ * `decodeURIComponent` on the upstream side gives back every identity exactly.
+ */
+export function headerSafe(value: string): string {
+  return /[^\x20-\x24\x26-\x7e]/.test(value) ? value.replace(/[^\x20-\x24\x26-\x7e]+/g, encodeURIComponent) : value
 }
 
 class RelayHandler implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | null = null
   private started = false
   private settled = false
+  /**
+   * upstream_timeout_seconds counts from the moment the request is handed to the pool: undici's own
+   * headersTimeout starts only once a connection is free, so a request queued behind a saturated pool
+   * would otherwise wait without bound.
+   */
+  private readonly deadline: NodeJS.Timeout
 
   constructor(
     private readonly ex: Exchange,
     private readonly resolve: () => void,
     private readonly reject: (err: Error) => void,
+    timeoutMs: number,
   ) {
     ex.res.on('close', this.onClientClose)
+    this.deadline = setTimeout(this.onDeadline, timeoutMs)
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller
     if (this.ex.res.destroyed) controller.abort(new Error('client closed the connection'))
+    else if (this.settled) controller.abort(new Error('gave up before a connection was free'))
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    if (statusCode < 200) return // 1xx informational: the final response follows
+    if (statusCode < 200 || this.settled) return // 1xx informational: the final response follows
+    clearTimeout(this.deadline)
     this.started = true
     const res = this.ex.res
     const out = clientResponseHeaders(headers)
@@ -116,12 +145,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
     if (this.ex.aborted) return this.finish() // our own abort after the client left
-    if (!this.started) {
-      this.detach()
-      this.settled = true
-      this.reject(classify(err))
-      return
-    }
+    if (!this.started) return this.fail(classify(err))
     this.ex.aborted = true
     this.ex.decision = 'error'
     this.ex.reason = `upstream response broke off: ${describeError(err)}`
@@ -142,6 +166,20 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.finish()
   }
 
+  private readonly onDeadline = (): void => {
+    if (this.started) return
+    // Settle first: the abort below reports back through onResponseError, which must not win as a 502.
+    this.fail(new WardlineError('WL_UPSTREAM_TIMEOUT', 'upstream sent no response headers in time'))
+    this.controller?.abort(new Error('upstream_timeout_seconds passed'))
+  }
+
+  private fail(err: WardlineError): void {
+    if (this.settled) return
+    this.settled = true
+    this.detach()
+    this.reject(err)
+  }
+
   private finish(): void {
     if (this.settled) return
     this.settled = true
@@ -150,6 +188,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   private detach(): void {
+    clearTimeout(this.deadline)
     this.ex.res.off('close', this.onClientClose)
     this.ex.res.off('drain', this.onDrain)
   }

@@ -17,6 +17,8 @@ const HOP_BY_HOP = new Set([
 const DROPPED_REQUEST = new Set([
   ...HOP_BY_HOP, 'host', 'content-length', 'expect', 'authorization', 'x-wardline-identity', 'x-wardline-tenant',
   'x-wardline-request-id',
+  // Re-sent once, with the client's address appended (forward.ts), never twice.
+  'x-forwarded-for',
 ])
 
 /** Response headers the gateway answers for itself or that describe the upstream connection. */

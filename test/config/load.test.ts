@@ -60,4 +60,12 @@ describe('configuration loading', () => {
   test('a missing upstream is required', () => {
     expect(problems('auth: { mode: header }')).toEqual(['upstream: is required (the MCP server URL, e.g. http://127.0.0.1:3001)'])
   })
+
+  test('an upstream with a query, a fragment or credentials is refused rather than silently trimmed', () => {
+    for (const url of ['http://mcp:3001/?tenant=a', 'http://mcp:3001/#x', 'http://user:pw@mcp:3001']) {
+      expect(problems(`upstream: "${url}"\nauth: { mode: header }\n`)).toEqual([
+        'upstream: must not have a query, a fragment or credentials (only scheme, host, port and a base path are used)',
+      ])
+    }
+  })
 })

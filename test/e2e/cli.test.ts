@@ -135,6 +135,28 @@ describe('wardline serve', () => {
     upstream = null
   })
 
+  test('with the audit trail on stdout, a reader that goes away fails audit writes but never the gateway', async () => {
+    upstream = await startRawUpstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { content: [] } }))
+    })
+    const served = await serve(writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`))
+    const post = () => fetch(`http://127.0.0.1:${served.port}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' },
+      body: JSON.stringify(toolCall('echo', {}, 1)),
+    }).then((r) => r.status)
+    expect(await post()).toBe(200)
+    await until(() => served.stdout().includes('"decision":"allow"'), 'the first audit line')
+    served.child.stdout.destroy() // the pipe's reader is gone: the next writes get EPIPE
+    for (let i = 0; i < 5; i++) expect(await post()).toBe(200)
+    await until(() => served.stderr().includes('audit write failed'), 'the failed audit write to be logged')
+    expect(served.child.exitCode).toBeNull()
+    expect((await fetch(`http://127.0.0.1:${served.port}/healthz`)).status).toBe(200)
+    served.child.kill('SIGTERM')
+    await served.exited
+  })
+
   test('SIGTERM: readiness turns 503, new connections are refused, the in-flight request completes, the audit is flushed, exit 0', async () => {
     const release = gate()
     upstream = await startRawUpstream(async (_req, res) => {

@@ -104,7 +104,7 @@ describe('requests the gateway refuses itself', () => {
       const res = await fetch(`${h.url}/mcp`, { method: 'PUT', headers: HEADERS, body: '{}' })
       expect(res.status).toBe(405)
       expect(res.headers.get('allow')).toBe('GET, POST, DELETE, HEAD, OPTIONS')
-      expect(await res.json()).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Method not allowed' } })
+      expect(await res.json()).toEqual({ jsonrpc: '2.0', id: null, error: { code: 405, message: 'Method not allowed' } })
     })
     expect(upstreamRequests).toBe(0)
     expect(entries).toEqual([expect.objectContaining({ method: 'PUT', decision: 'error', status: 405 })])

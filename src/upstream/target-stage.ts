@@ -1,0 +1,53 @@
+import type { Exchange } from '../pipeline/exchange'
+import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+
+/** Methods the MCP transports use. Anything else (PUT, PATCH, TRACE…) could carry an uninspected body. */
+const FORWARDED_METHODS = new Set(['GET', 'POST', 'DELETE', 'HEAD', 'OPTIONS'])
+
+const METHOD_NOT_ALLOWED: Refusal = {
+  status: 405,
+  decision: 'error',
+  reason: 'HTTP method not forwarded',
+  message: 'Method not allowed',
+  headers: { allow: [...FORWARDED_METHODS].join(', ') },
+}
+
+const BAD_TARGET: Refusal = {
+  status: 400,
+  decision: 'error',
+  reason: 'request target is not an origin-form path (absolute-form, authority-form or *)',
+  message: 'Bad request target',
+  rpcCode: -32600,
+}
+
+const DOT_SEGMENT: Refusal = {
+  status: 400,
+  decision: 'error',
+  reason: 'request path has a dot segment (. or ..), which could climb out of the upstream base path',
+  message: 'Bad request target',
+  rpcCode: -32600,
+}
+
+// `.` or `..` as a whole segment, literally or percent-encoded (%2e), before any query.
+const DOT_SEGMENT_PATTERN = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i
+
+/**
+ * Runs after authentication: only the methods MCP uses, and only origin-form paths that stay inside
+ * the upstream's base path (the path is appended to it, so `/../admin` would otherwise escape).
+ */
+export function requestTargetStage(): Stage {
+  return {
+    name: 'target',
+    run(ex: Exchange) {
+      if (!FORWARDED_METHODS.has(ex.req.method ?? '')) return METHOD_NOT_ALLOWED
+      const url = ex.req.url ?? ''
+      if (url.charCodeAt(0) !== 47 /* / */) return BAD_TARGET
+      const q = url.indexOf('?')
+      const path = q < 0 ? url : url.slice(0, q)
+      if (path.includes('.') || path.includes('%')) {
+        if (DOT_SEGMENT_PATTERN.test(path)) return DOT_SEGMENT
+      }
+      return CONTINUE
+    },
+  }
+}
