@@ -41,7 +41,8 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
 
   const audience = readStringOrList(r, o.audience, 'auth.jwt.audience')
   const algorithms = readStringOrList(r, o.algorithms, 'auth.jwt.algorithms')
-  const allowed = secret !== null ? HMAC_ALGORITHMS : ASYMMETRIC_ALGORITHMS
+  // Chosen by which key source is configured, even when its value failed to read.
+  const allowed = o.secret !== undefined && o.secret !== null ? HMAC_ALGORITHMS : ASYMMETRIC_ALGORITHMS
   algorithms.forEach((alg, i) => {
     if (!allowed.includes(alg)) r.note(join('auth.jwt.algorithms', i), `must be one of ${allowed.join(', ')} for this key source`)
   })

@@ -51,7 +51,8 @@ export class Reader {
       return fallback
     }
     if (opts.nonEmpty && value.length === 0) {
-      this.note(path, 'must not be empty')
+      // An unset ${VAR} already said why the value is empty; once is enough.
+      if (!this.problems.some((p) => p.startsWith(`${path}: environment variable`))) this.note(path, 'must not be empty')
       return fallback
     }
     return value

@@ -50,7 +50,7 @@ describe('configuration loading', () => {
     expect(config.upstream.url).toBe('http://mcp:3001')
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 9000 })
     expect(config.audit.output).toBe('/srv/logs/a.jsonl')
-    expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set', 'audit.output: must not be empty'])
+    expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set'])
   })
 
   test('malformed YAML is one clear problem', () => {
@@ -67,5 +67,10 @@ describe('configuration loading', () => {
         'upstream: must not have a query, a fragment or credentials (only scheme, host, port and a base path are used)',
       ])
     }
+  })
+
+  test('an unset secret variable is reported once, without unrelated algorithm complaints', () => {
+    const text = 'upstream: http://127.0.0.1:3001\nauth:\n  jwt:\n    secret: ${WARDLINE_JWT_SECRET}\n    algorithms: [HS512]\n'
+    expect(problems(text)).toEqual(['auth.jwt.secret: environment variable WARDLINE_JWT_SECRET is not set'])
   })
 })
