@@ -38,6 +38,12 @@ export class Metrics {
     labelNames: ['sink'] as const,
     registers: [this.registry],
   })
+  readonly auditRejected = new Counter({
+    name: 'wardline_audit_rejected_total',
+    help: 'Spilled audit entries their sink refused for their data, moved to the quarantine file <spill_file>.rejected, by sink',
+    labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
   readonly auditQueued = new Gauge({
     name: 'wardline_audit_queue_entries',
     help: 'Audit entries waiting to be written, by sink',

@@ -9,6 +9,17 @@ import type { AuditEntry } from './entry'
  */
 export interface AuditSink {
   readonly name: string
-  write(entries: readonly AuditEntry[]): Promise<void>
+  write(entries: readonly AuditEntry[], options?: AuditWriteOptions): Promise<void>
+  /**
+   * True when `err` (from a write) means the entries can never be written (the sink refuses their
+   * data), not that the sink is unavailable. A spill replay quarantines such entries instead of
+   * retrying them forever. Sinks without it never reject.
+   */
+  rejects?(err: unknown): boolean
   close(): Promise<void>
+}
+
+export interface AuditWriteOptions {
+  /** Give up on this write after about this long (the writer retries or spills it). */
+  readonly timeoutMs?: number
 }

@@ -22,18 +22,35 @@ export interface AuditWriterOptions {
   /** How often a spilled backlog is retried while the sink is down. */
   readonly replayIntervalMs?: number
   readonly onSpilled?: (count: number, sink: string) => void
+  /**
+   * Longest one batch may spend being written and retried, all attempts together (each attempt is cut
+   * off at what is left); past it the batch is spilled. Default DEFAULT_RETRY_BOUND_MS with a spill
+   * file, unbounded (maxAttempts only) without one.
+   */
+  readonly retryBoundMs?: number
+  /** Spilled entries the sink refused for their data, moved to the quarantine file `<spill>.rejected`. */
+  readonly onRejected?: (count: number, sink: string) => void
 }
 
 /** A replay attempted inside close() gives up after this long (the file is then replayed at the next start). */
 const CLOSE_REPLAY_MS = 3000
 
 /**
+ * With a spill file, a batch is spilled once it has been failing for this long (a hung database
+ * would otherwise hold it for maxAttempts × the sink's own timeout while the queue fills).
+ */
+export const DEFAULT_RETRY_BOUND_MS = 4000
+
+/** While closing, a batch gets one try of at most this long before it is spilled. */
+const CLOSE_WRITE_MS = 1000
+
+/**
  * Keeps audit writes off the request path: `record` only queues. One loop per sink writes batches in
  * the order recorded, retrying a failed batch with backoff. Memory is bounded by maxQueueEntries.
  *
- * With a spill file, a batch that still fails after maxAttempts goes to the file, and the writer
- * counts the sink as down: later batches are spilled at once (no retry storm against a dead
- * database, no queue growth) until a replay succeeds. The replay runs off the drain loop every
+ * With a spill file, a batch that still fails after maxAttempts, or after retryBoundMs in all, goes
+ * to the file (while closing: after one short try), and the writer counts the sink as down: later
+ * batches are spilled at once (no retry storm against a dead database, no queue growth) until a replay succeeds. The replay runs off the drain loop every
  * replayIntervalMs, at start when an earlier run left entries behind, and once more at close.
  */
 export class AuditWriter {
@@ -45,6 +62,7 @@ export class AuditWriter {
   private readonly maxAttempts: number
   private readonly retryDelayMs: number
   private readonly replayIntervalMs: number
+  private readonly retryBoundMs: number
   /** The sink failed a whole batch and no replay has succeeded since: spill without trying. */
   private sinkDown = false
   private replayTimer: NodeJS.Timeout | null = null
@@ -52,6 +70,7 @@ export class AuditWriter {
   dropped = 0
   spilled = 0
   replayed = 0
+  rejected = 0
 
   constructor(readonly sink: AuditSink, private readonly log: Logger, private readonly options: AuditWriterOptions) {
     this.warn = new RateLimitedLog(log)
@@ -59,6 +78,7 @@ export class AuditWriter {
     this.maxAttempts = options.maxAttempts ?? 5
     this.retryDelayMs = options.retryDelayMs ?? 100
     this.replayIntervalMs = options.replayIntervalMs ?? 5000
+    this.retryBoundMs = options.retryBoundMs ?? (options.spill ? DEFAULT_RETRY_BOUND_MS : Infinity)
     if (options.spill?.hasEntries) {
       log.warn('audit spill file holds entries from an earlier run: replaying', { sink: sink.name, spill_file: options.spill.path })
       this.scheduleReplay(0)
@@ -142,13 +162,16 @@ export class AuditWriter {
       this.spill(batch)
       return
     }
+    // While closing, what cannot be written promptly is spilled rather than retried.
+    const closingWithSpill = (): boolean => this.closed && this.options.spill !== undefined
+    const giveUpAt = performance.now() + (closingWithSpill() ? Math.min(this.retryBoundMs, CLOSE_WRITE_MS) : this.retryBoundMs)
     let delay = this.retryDelayMs
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.sink.write(batch)
+        await this.attempt(batch, giveUpAt - performance.now())
         return
       } catch (err) {
-        if (attempt >= this.maxAttempts) {
+        if (attempt >= this.maxAttempts || giveUpAt - performance.now() <= delay || closingWithSpill()) {
           if (this.options.spill) {
             this.sinkDown = true
             this.log.warn('audit sink keeps failing: spilling entries to the local file until it is back', { sink: this.sink.name, spill_file: this.options.spill.path, cause: describeError(err) })
@@ -165,6 +188,21 @@ export class AuditWriter {
         delay = Math.min(delay * 2, 5000)
       }
     }
+  }
+
+  /**
+   * One write, abandoned after `timeoutMs` (Infinity: as long as the sink takes); the sink is told the
+   * bound too, so it can end its own work there. An abandoned write may still land: sinks tolerate
+   * seeing an entry twice (see AuditSink).
+   */
+  private attempt(batch: AuditEntry[], timeoutMs: number): Promise<void> {
+    if (!Number.isFinite(timeoutMs)) return this.sink.write(batch)
+    const ms = Math.max(1, Math.round(timeoutMs))
+    let timer: NodeJS.Timeout | undefined
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer from the ${this.sink.name} audit sink within ${ms} ms`)), ms)
+    })
+    return Promise.race([this.sink.write(batch, { timeoutMs: ms }), expired]).finally(() => clearTimeout(timer))
   }
 
   private spill(batch: AuditEntry[]): void {
@@ -199,8 +237,16 @@ export class AuditWriter {
     const spill = this.options.spill
     try {
       if (spill === undefined) return
-      const count = await spill.replay((batch) => this.sink.write(batch), this.batchSize, () => {
-        this.warn.warn(`audit-spill-torn:${this.sink.name}`, 'audit spill file: skipped a line that is not JSON (torn by a crash)', { spill_file: spill.path })
+      // Each replayed batch is bounded like a live one (shorter while closing), so a hung sink cannot
+      // hold the replay, or the shutdown waiting on it, for long.
+      const timeoutMs = this.closed ? Math.min(this.retryBoundMs, CLOSE_REPLAY_MS) : this.retryBoundMs
+      const count = await spill.replay((batch) => this.attempt(batch, timeoutMs), this.batchSize, {
+        isRejection: (err) => this.sink.rejects?.(err) ?? false,
+        onRejected: (_line, why) => {
+          this.rejected++
+          this.options.onRejected?.(1, this.sink.name)
+          this.warn.warn(`audit-spill-rejected:${this.sink.name}`, 'audit spill file: moved a line the sink cannot take to the quarantine file', { sink: this.sink.name, rejected_file: spill.rejectedPath, why })
+        },
       })
       this.sinkDown = false
       if (count > 0) {

@@ -44,10 +44,24 @@ const ADMIT_SQL = `SELECT refused_by, used, reset_seconds, window_ends, db_epoch
   FROM wardline_budget_admit($1::text[], $2::integer[], $3::double precision[], $4::integer[],
                              $5::integer, $6::double precision, $7::boolean, $8::double precision)`
 
-/** Takes back an admitted check nobody waited for, in the window it was charged to only. */
-const REFUND_SQL = `UPDATE budget_buckets b SET count = greatest(0, b.count - r.cost)
-  FROM unnest($1::text[], $2::integer[], $3::timestamptz[]) AS r(key, cost, ends_at)
- WHERE b.key = r.key AND b.ends_at = r.ends_at`
+/**
+ * Takes back an admitted check nobody waited for, in the window it was charged to only. The rows are
+ * locked first, in the order wardline_budget_admit locks them (key, COLLATE "C"), so a refund and a
+ * check sharing buckets queue behind each other instead of deadlocking (the charges arrive in tier
+ * order, tool → tenant → identity, which is not key order). ORDER BY runs before FOR UPDATE, and the
+ * UPDATE only touches rows the CTE already holds. Still one statement, one round trip. Exported for
+ * tests.
+ */
+export const REFUND_SQL = `WITH held AS MATERIALIZED (
+  SELECT b.key, r.cost
+    FROM budget_buckets b
+    JOIN unnest($1::text[], $2::integer[], $3::timestamptz[]) AS r(key, cost, ends_at)
+      ON b.key = r.key AND b.ends_at = r.ends_at
+   ORDER BY b.key COLLATE "C"
+     FOR UPDATE OF b)
+UPDATE budget_buckets b SET count = greatest(0, b.count - held.cost)
+  FROM held
+ WHERE b.key = held.key`
 
 interface AdmitRow {
   refused_by: number

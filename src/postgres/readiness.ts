@@ -1,4 +1,5 @@
-import type { Pool } from 'pg'
+import { Socket } from 'node:net'
+import { Client, type ClientConfig, type Pool } from 'pg'
 import { describeError } from '../errors'
 import type { ReadinessCheck } from '../server/routes'
 import { withDeadline } from './pool'
@@ -13,9 +14,13 @@ export interface PostgresReadinessOptions {
 }
 
 /**
- * The Postgres dependency for /readyz: one `SELECT 1` through the shared pool, bounded. A replica
- * whose database does not answer reports 503 so a load balancer can route around it, even though its
- * budget checks would fail open rather than fail.
+ * The Postgres dependency for /readyz: `SELECT 1` on a connection of its own, opened for the ping and
+ * always closed after it, bounded (connect, query and the whole ping each within timeoutMs). It does
+ * not go through the shared pool, so a pool busy with budget checks does not make a healthy database
+ * look down (and a ping never waits in the pool's queue). A replica whose database does not answer
+ * reports 503 so a load balancer can route around it, even though its budget checks would fail open
+ * rather than fail. The pool's saturation is reported in the body instead: connections in use, idle,
+ * and callers waiting for one.
  */
 export function postgresReadiness(pool: Pool, options: PostgresReadinessOptions = {}): ReadinessCheck {
   const timeoutMs = options.timeoutMs ?? PING_TIMEOUT_MS
@@ -23,13 +28,50 @@ export function postgresReadiness(pool: Pool, options: PostgresReadinessOptions 
     name: 'postgres',
     async check() {
       const started = performance.now()
-      const spill = options.auditSpillPending ? { audit_spill_pending: options.auditSpillPending() } : {}
+      const detail = {
+        pool_total: pool.totalCount,
+        pool_idle: pool.idleCount,
+        pool_waiting: pool.waitingCount,
+        ...(options.auditSpillPending ? { audit_spill_pending: options.auditSpillPending() } : {}),
+      }
       try {
-        await withDeadline(pool.query('SELECT 1'), timeoutMs, 'no answer')
-        return { ok: true, detail: { latency_ms: Math.round(performance.now() - started), ...spill } }
+        await withDeadline(ping(pool, timeoutMs), timeoutMs, 'no answer')
+        return { ok: true, detail: { latency_ms: Math.round(performance.now() - started), ...detail } }
       } catch (err) {
-        return { ok: false, detail: { error: describeError(err), ...spill } }
+        return { ok: false, detail: { error: describeError(err), ...detail } }
       }
     },
+  }
+}
+
+/**
+ * Connects with the pool's settings (same DSN, TLS, credentials), runs SELECT 1, and always
+ * disconnects. The socket is ours, so it is destroyed outright when a polite goodbye gets no answer
+ * (a hung network would otherwise keep it half-closed, one more per ping).
+ */
+async function ping(pool: Pool, timeoutMs: number): Promise<void> {
+  const socket = new Socket()
+  const config: ClientConfig = {
+    ...(pool.options as ClientConfig),
+    application_name: 'wardline-readyz',
+    connectionTimeoutMillis: timeoutMs,
+    query_timeout: timeoutMs,
+    statement_timeout: timeoutMs,
+    keepAlive: false,
+    stream: () => socket,
+  }
+  const client = new Client(config)
+  // A connection that dies mid-ping emits `error`; without a listener that would end the process.
+  client.on('error', () => undefined)
+  try {
+    await client.connect()
+    await client.query('SELECT 1')
+  } finally {
+    const destroy = setTimeout(() => socket.destroy(), timeoutMs)
+    destroy.unref()
+    void client.end().catch(() => undefined).finally(() => {
+      clearTimeout(destroy)
+      socket.destroy()
+    })
   }
 }

@@ -82,6 +82,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       onDropped: (n, name) => metrics.auditDropped.labels(name).inc(n),
       spill: new AuditSpill(config.audit.spillFile),
       onSpilled: (n, name) => metrics.auditSpilled.labels(name).inc(n),
+      onRejected: (n, name) => metrics.auditRejected.labels(name).inc(n),
     })
     writers.push(pgWriter)
     readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled }))
@@ -220,7 +221,9 @@ async function openPostgres(config: Config, log: Logger, closers: Array<() => Pr
     await pool.end().catch(() => undefined)
     throw err
   }
-  closers.push(() => pool.end())
+  // Bounded: against a blackholed network pg waits for goodbyes that never come; by then every audit
+  // entry is in the table or fsynced in the spill file, so giving up on the goodbye loses nothing.
+  closers.push(() => Promise.race([pool.end(), new Promise<void>((r) => setTimeout(r, 3000).unref())]))
   return pool
 }
 

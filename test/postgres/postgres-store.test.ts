@@ -1,6 +1,6 @@
 import { Pool } from 'pg'
 import { identityKey, tenantKey, toolKey } from '../../src/budget/keys'
-import { PostgresBudgetStore } from '../../src/budget/postgres-store'
+import { PostgresBudgetStore, REFUND_SQL } from '../../src/budget/postgres-store'
 import type { BucketCharge } from '../../src/budget/store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
@@ -68,6 +68,41 @@ describe('PostgresBudgetStore', () => {
     expect(await countOf(b.key)).toBe(150)
     expect(await countOf(c.key)).toBe(150)
   })
+
+  test('refunds running beside checks on the same buckets never deadlock and leave exact counts', async () => {
+    const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 10_000 })
+    // Tier order (tool → tenant → identity) is the reverse of key order for these keys, as in production.
+    const charges = [bucket(toolKey('search'), 1_000_000), bucket(tenantKey('acme'), 1_000_000), bucket(identityKey('acme', 'alice'), 1_000_000)]
+    expect(charges.map((c) => c.key)).not.toEqual(charges.map((c) => c.key).sort())
+    await store.admit(charges)
+    const ends = (await pool.query<{ key: string; ends: string }>('SELECT key, ends_at::text AS ends FROM budget_buckets')).rows
+    const endsOf = charges.map((c) => ends.find((r) => r.key === c.key)?.ends)
+    let admits = 1
+    let refunds = 0
+    const errors: string[] = []
+    const stopAt = performance.now() + 3000
+    const workers = Array.from({ length: 12 }, async (_, w) => {
+      while (performance.now() < stopAt) {
+        try {
+          if (w % 3 === 0) {
+            // Refund what this worker itself admitted, so a count never needs the greatest(0, …) floor.
+            await store.admit(charges)
+            admits++
+            await pool.query(REFUND_SQL, [charges.map((c) => c.key), charges.map((c) => c.cost), endsOf])
+            refunds++
+          } else {
+            if ((await store.admit(charges)).admitted) admits++
+          }
+        } catch (err) {
+          errors.push((err as Error).message)
+        }
+      }
+    })
+    await Promise.all(workers)
+    expect(errors).toEqual([])
+    expect(refunds).toBeGreaterThan(50)
+    for (const c of charges) expect(await countOf(c.key)).toBe(admits - refunds)
+  }, 20_000)
 
   test('windows follow the database clock: rows carry the server time, not the replica time', async () => {
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })

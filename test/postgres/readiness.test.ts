@@ -1,0 +1,70 @@
+import { Pool } from 'pg'
+import { MCP_HEADERS, as, type Harness, startHarness, toolCall } from '../helpers/harness'
+import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { PostgresProxy } from '../helpers/postgres-proxy'
+
+/**
+ * /readyz must say whether the database answers, not whether the gateway's pool has a free
+ * connection: a pool saturated by budget checks is reported in the body, the status stays 200.
+ */
+let db: TestDatabase
+let pool: Pool
+
+beforeAll(async () => {
+  db = await freshDatabase()
+  pool = new Pool({ connectionString: db.url, max: 2 })
+  pool.on('error', () => undefined)
+})
+
+afterAll(async () => {
+  await pool.end()
+  await db.drop()
+})
+
+function call(h: Harness, identity: string, id: number): Promise<Response> {
+  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(toolCall('echo', { text: 'hi' }, id)) })
+}
+
+test('/readyz stays 200 while the one pooled connection is busy and the database answers, and is 503 once it does not', async () => {
+  const proxy = await PostgresProxy.start(db.url)
+  const h = await startHarness({
+    mode: 'stateless-json',
+    config: {
+      features: { budget_enforcement: true, postgres_storage: true },
+      postgres: { dsn: proxy.urlFor(db.url), max_connections: 1 },
+      budget: { requests_per_window: 1000, window_seconds: 60, check_timeout_seconds: 10 },
+    },
+  })
+  const holder = await pool.connect()
+  const pending: Array<Promise<Response>> = []
+  try {
+    expect((await call(h, 'busy', 0)).status).toBe(200) // creates the bucket rows
+    // Hold every bucket row: the next check takes the pool's only connection and waits on the lock,
+    // and the one after it waits for the connection.
+    await holder.query('BEGIN')
+    await holder.query('SELECT * FROM budget_buckets FOR UPDATE')
+    pending.push(call(h, 'busy', 1))
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    pending.push(call(h, 'busy', 2))
+    await new Promise((resolve) => setTimeout(resolve, 200))
+
+    const busy = await fetch(`${h.url}/readyz`)
+    const body = (await busy.json()) as { checks: Record<string, unknown> }
+    expect(busy.status).toBe(200)
+    expect(body.checks.postgres).toMatchObject({ ok: true, pool_total: 1, pool_idle: 0, pool_waiting: 1 })
+
+    proxy.pause() // the database stops answering (for the gateway)
+    const started = performance.now()
+    const hung = await fetch(`${h.url}/readyz`)
+    expect(hung.status).toBe(503)
+    expect(((await hung.json()) as { checks: Record<string, unknown> }).checks.postgres).toMatchObject({ ok: false })
+    expect(performance.now() - started).toBeLessThan(3000)
+  } finally {
+    proxy.resume()
+    await holder.query('COMMIT').catch(() => undefined)
+    holder.release()
+    await Promise.all(pending.map((p) => p.then((r) => r.arrayBuffer(), () => undefined)))
+    await h.close()
+    await proxy.close()
+  }
+}, 60_000)
