@@ -27,6 +27,8 @@ const DROPPED_RESPONSE = new Set([...HOP_BY_HOP, 'x-wardline-request-id'])
 /** Headers named by a Connection header are hop-by-hop too (RFC 9110 §7.6.1). */
 function connectionTokens(value: string | string[] | undefined): Set<string> | null {
   if (value === undefined) return null
+  // The usual value (keep-alive, close) names a header dropped anyway: no set to build per request.
+  if (typeof value === 'string' && HOP_BY_HOP.has(value.toLowerCase())) return null
   const text = Array.isArray(value) ? value.join(',') : value
   const tokens = text.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean)
   return tokens.length > 0 ? new Set(tokens) : null
