@@ -1,8 +1,8 @@
 /**
  * The Postgres budget store's allow path next to the in-memory one, in the same run (issue 6):
  *  - through the gateway over HTTP, one hot identity (every check locks the same three rows);
- *  - the store alone, in process, 32 checks in flight: spread keys (each check its own identity of
- *    10 000) and one hot key, with synchronous_commit off (the default) and on, next to memory.
+ *  - the store alone, in process, 32 checks in flight: spread keys (one identity bucket per check,
+ *    cycling over 10 000 identities) and one hot key, with synchronous_commit off (the default) and on, next to memory.
  * Needs a Postgres: WARDLINE_BENCH_DATABASE_URL, else WARDLINE_TEST_DATABASE_URL, else
  * postgres@127.0.0.1:5432. A scratch database is created and dropped; without a server the section
  * reports that it was skipped.
