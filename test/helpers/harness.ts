@@ -35,7 +35,7 @@ export interface HarnessOptions {
 
 /** A temp directory per call, for audit files and spill files. */
 export function tempDir(prefix = 'wardline-test-'): string {
-  return mkdtempSync(join(tmpdir(), prefix))
+  return mkdtempSync(join(process.env.WARDLINE_TEST_TMP ?? tmpdir(), prefix))
 }
 
 /** Builds a validated Config from a YAML-shaped tree, the way an operator's file would be read. */

@@ -1,3 +1,6 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { ADMIN_URL_ENV, type ResolvedServer, resolveServer } from './postgres'
 
 /**
@@ -6,6 +9,8 @@ import { ADMIN_URL_ENV, type ResolvedServer, resolveServer } from './postgres'
  * Postgres pay nothing more than a 1 s reachability probe at most.
  */
 export default async function globalSetup(): Promise<void> {
+  // One scratch directory per run for every tempDir() of every worker, removed by globalTeardown.
+  process.env.WARDLINE_TEST_TMP = mkdtempSync(join(tmpdir(), 'wardline-run-'))
   const server = await resolveServer()
   process.env[ADMIN_URL_ENV] = server.adminUrl
   ;(globalThis as { __wardlinePostgres?: ResolvedServer }).__wardlinePostgres = server

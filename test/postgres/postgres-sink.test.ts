@@ -1,5 +1,5 @@
-import { appendFileSync, existsSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { appendFileSync, existsSync, readFileSync, rmSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { Pool } from 'pg'
@@ -148,16 +148,21 @@ test('a replay streams the spill file: memory stays bounded by the batch, not th
   }
   const baseline = live()
   let peak = 0
+  let samples = 0
   let seen = 0
   const replayed = await spill.replay(async (batch) => {
     // A write takes a turn of the event loop, as a database round trip does: reading runs ahead if it can.
     await new Promise((resolve) => setImmediate(resolve))
     seen += batch.length
-    if ((seen / batch.length) % 50 === 0) peak = Math.max(peak, live() - baseline)
+    if ((seen / batch.length) % 50 === 0) {
+      samples++
+      peak = Math.max(peak, live() - baseline)
+    }
   }, 500)
   expect(replayed).toBe(lines)
   expect(seen).toBe(lines)
   // Reading it whole would hold the 100 MB text plus 200 000 parsed entries at once.
-  expect(peak).toBeGreaterThan(0)
+  expect(samples).toBeGreaterThan(0)
   expect(peak).toBeLessThan(16 * 1024 * 1024)
+  rmSync(dirname(spill.path), { recursive: true, force: true }) // 100 MB: don't leave it in /tmp
 }, 60_000)
