@@ -77,6 +77,7 @@ const MAX_EVICTIONS_PER_ADMIT = 1024
  * memory until the next checks evict them.
  */
 export class MemoryBudgetStore implements BudgetStore {
+  readonly neverWaits = true
   private readonly windows = new Map<string, Window>()
   /** One queue per window length in ms: a config has only a few distinct lengths. */
   private readonly queues = new Map<number, ExpiryQueue>()

@@ -65,7 +65,7 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
       if (charges === null) return CONTINUE
       let result: AdmitResult
       try {
-        result = await withDeadline(store.admit(charges), timeoutMs)
+        result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges), timeoutMs))
       } catch (err) {
         return failed(ex, err)
       }

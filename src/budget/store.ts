@@ -45,6 +45,11 @@ export interface AdmitResult {
  * test/budget/store-contract.ts holds the suite every implementation runs.
  */
 export interface BudgetStore {
+  /**
+   * True when `admit` cannot wait on anything (it decides in memory): the stage then skips the
+   * check_timeout_seconds deadline, which costs a timer and a race per call. Absent means it may wait.
+   */
+  readonly neverWaits?: boolean
   admit(charges: readonly BucketCharge[]): Promise<AdmitResult>
   close(): Promise<void>
 }
