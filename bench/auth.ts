@@ -24,7 +24,7 @@ async function benchToken(): Promise<string> {
 
 const auth: BenchSection = {
   name: 'auth',
-  budgetSeconds: 50,
+  budgetSeconds: 25,
   async run(ctx) {
     const token = await benchToken()
     // In process first, before the worker threads and 30 s of load share this process's thread pool.

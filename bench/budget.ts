@@ -25,7 +25,7 @@ const ALL_BUCKETS = (limit: number) => ({
 
 const budget: BenchSection = {
   name: 'budget',
-  budgetSeconds: 45,
+  budgetSeconds: 25,
   async run(ctx) {
     const upstream = await startRawUpstream()
     const off = await startBenchGateway(upstream.url, { features: { budget_enforcement: false } })

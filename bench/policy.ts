@@ -166,7 +166,7 @@ function rows(results: readonly PolicyBenchResult[], worst: PolicyBenchResult, r
 export const sections: BenchSection[] = [
   {
     name: 'policy',
-    budgetSeconds: 20,
+    budgetSeconds: 12,
     async run(ctx) {
       const rounds = Math.max(3, ctx.rounds + 2)
       const decisionsPerRound = ctx.rounds <= 2 ? 50_000 : 200_000

@@ -69,7 +69,7 @@ async function withAdmin<T>(fn: (c: Client) => Promise<T>): Promise<T> {
 
 const postgres: BenchSection = {
   name: 'postgres',
-  budgetSeconds: 45,
+  budgetSeconds: 35,
   async run(ctx) {
     const name = `wardline_bench_${randomBytes(4).toString('hex')}`
     try {

@@ -20,7 +20,7 @@ const TOTAL_BUDGET_SECONDS = 110
 
 const quick = process.env.BENCH_QUICK === '1'
 const context: BenchContext = {
-  roundMs: quick ? 500 : 2_000,
+  roundMs: quick ? 500 : 1_000,
   rounds: quick ? 2 : 5,
   concurrency: 32,
   progress: (line) => process.stderr.write(`  … ${line}\n`),
@@ -28,7 +28,7 @@ const context: BenchContext = {
 
 const core: BenchSection = {
   name: 'core',
-  budgetSeconds: 40,
+  budgetSeconds: 20,
   async run(ctx) {
     const upstream = await startRawUpstream()
     const gateway = await startBenchGateway(upstream.url)
