@@ -9,8 +9,8 @@ import { JwtAuthenticator } from '../src/auth/jwt-authenticator'
 import { parseConfig } from '../src/config/load'
 import type { JwtConfig } from '../src/config/types'
 import { silentLogger } from '../src/log'
-import { TOOL_CALL_BODY, benchHeaders, startBenchGateway, startRawUpstream } from './fixtures'
-import { type BenchSection, interleave, median, runLoad, summarize } from './load'
+import { benchHeaders, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
+import { type BenchSection, interleave, median, summarize } from './load'
 
 const SECRET = 'bench-secret-that-is-long-enough-for-hs256-0123456789'
 
@@ -34,15 +34,7 @@ const auth: BenchSection = {
     const cached = await startBenchGateway(upstream.url, { auth: jwtAuth(10_000) })
     const uncached = await startBenchGateway(upstream.url, { auth: jwtAuth(0) })
     try {
-      const load = (base: string) => () => runLoad({
-        url: `${base}/mcp`,
-        method: 'POST',
-        headers: { ...benchHeaders(), authorization: `Bearer ${token}` },
-        body: TOOL_CALL_BODY,
-        concurrency: ctx.concurrency,
-        durationMs: ctx.roundMs,
-        warmupMs: 300,
-      })
+      const load = toolCallLoad(ctx, { ...benchHeaders(), authorization: `Bearer ${token}` })
       ctx.progress(`auth: ${ctx.rounds} rounds of ${ctx.roundMs} ms each for header / jwt cached / jwt uncached`)
       const rounds = await interleave(ctx.rounds, { header: load(header.url), cached: load(cached.url), uncached: load(uncached.url) })
       const h = summarize(rounds.header)

@@ -12,8 +12,8 @@ import { parseConfig } from '../src/config/load'
 import { silentLogger } from '../src/log'
 import { Metrics } from '../src/metrics'
 import { Exchange } from '../src/pipeline/exchange'
-import { TOOL_CALL_BODY, benchHeaders, startBenchGateway, startRawUpstream } from './fixtures'
-import { type BenchSection, interleave, runLoad, summarize } from './load'
+import { startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
+import { type BenchSection, interleave, summarize } from './load'
 
 /** Every bucket kind applies to the bench caller (identity "bench", tenant "acme", tool "echo"). */
 const ALL_BUCKETS = (limit: number) => ({
@@ -32,15 +32,7 @@ const budget: BenchSection = {
     const allow = await startBenchGateway(upstream.url, { features: { budget_enforcement: true }, budget: ALL_BUCKETS(1_000_000_000) })
     const throttle = await startBenchGateway(upstream.url, { features: { budget_enforcement: true }, budget: ALL_BUCKETS(1) })
     try {
-      const load = (base: string) => () => runLoad({
-        url: `${base}/mcp`,
-        method: 'POST',
-        headers: benchHeaders(),
-        body: TOOL_CALL_BODY,
-        concurrency: ctx.concurrency,
-        durationMs: ctx.roundMs,
-        warmupMs: 300,
-      })
+      const load = toolCallLoad(ctx)
       ctx.progress(`budget: ${ctx.rounds} rounds of ${ctx.roundMs} ms each for off / on (allowed) / on (throttled)`)
       const rounds = await interleave(ctx.rounds, { off: load(off.url), allow: load(allow.url), throttle: load(throttle.url) })
       const o = summarize(rounds.off)

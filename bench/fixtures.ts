@@ -6,6 +6,7 @@
  */
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
+import { type BenchContext, type LoadResult, runLoad } from './load'
 
 export interface BenchServer {
   /** http://127.0.0.1:<port> */
@@ -64,4 +65,13 @@ export function benchHeaders(identity = 'bench', tenant = 'acme'): Record<string
     'x-wardline-identity': identity,
     'x-wardline-tenant': tenant,
   }
+}
+
+/**
+ * The standard measured call: a tools/call POST to `<base>/mcp`, for as long as one round of `ctx`,
+ * after a short warm-up. Returns a factory per gateway so `interleave` can alternate them.
+ */
+export function toolCallLoad(ctx: BenchContext, headers: Record<string, string> = benchHeaders()): (base: string) => () => Promise<LoadResult> {
+  return (base) => () =>
+    runLoad({ url: `${base}/mcp`, method: 'POST', headers, body: TOOL_CALL_BODY, concurrency: ctx.concurrency, durationMs: ctx.roundMs, warmupMs: 300 })
 }

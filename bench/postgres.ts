@@ -15,8 +15,8 @@ import { PostgresBudgetStore } from '../src/budget/postgres-store'
 import type { BucketCharge, BudgetStore } from '../src/budget/store'
 import { silentLogger } from '../src/log'
 import { migrate } from '../src/postgres/migrate'
-import { TOOL_CALL_BODY, benchHeaders, startBenchGateway, startRawUpstream } from './fixtures'
-import { type BenchRow, type BenchSection, interleave, median, runLoad, summarize } from './load'
+import { startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
+import { type BenchRow, type BenchSection, interleave, median, summarize } from './load'
 
 const ADMIN_URL = process.env.WARDLINE_BENCH_DATABASE_URL ?? process.env.WARDLINE_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const LIMIT = 1_000_000_000
@@ -91,7 +91,7 @@ const postgres: BenchSection = {
       const memoryGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true }, budget: BUDGET })
       const pgGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true, postgres_storage: true }, postgres: { dsn, max_connections: 10 }, budget: BUDGET })
       try {
-        const load = (base: string) => () => runLoad({ url: `${base}/mcp`, method: 'POST', headers: benchHeaders(), body: TOOL_CALL_BODY, concurrency: ctx.concurrency, durationMs: ctx.roundMs, warmupMs: 300 })
+        const load = toolCallLoad(ctx)
         ctx.progress(`postgres: ${ctx.rounds} HTTP rounds of ${ctx.roundMs} ms, memory then postgres store, one hot identity`)
         const rounds = await interleave(ctx.rounds, { memory: load(memoryGw.url), postgres: load(pgGw.url) })
         const m = summarize(rounds.memory)

@@ -10,8 +10,8 @@
  */
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { type BenchContext, type BenchRow, type BenchSection, formatRow, interleave, runLoad, summarize } from './load'
-import { TOOL_CALL_BODY, benchHeaders, startBenchGateway, startRawUpstream } from './fixtures'
+import { type BenchContext, type BenchRow, type BenchSection, formatRow, interleave, summarize } from './load'
+import { startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 
 /** Files other areas own; each may export `sections`. Loaded only when compiled and present. */
 const AREA_FILES = ['auth', 'budget', 'policy', 'postgres']
@@ -33,15 +33,7 @@ const core: BenchSection = {
     const upstream = await startRawUpstream()
     const gateway = await startBenchGateway(upstream.url)
     try {
-      const load = (base: string) => () => runLoad({
-        url: `${base}/mcp`,
-        method: 'POST',
-        headers: benchHeaders(),
-        body: TOOL_CALL_BODY,
-        concurrency: ctx.concurrency,
-        durationMs: ctx.roundMs,
-        warmupMs: 300,
-      })
+      const load = toolCallLoad(ctx)
       ctx.progress(`core: ${ctx.rounds} rounds of ${ctx.roundMs} ms, direct then gateway, concurrency ${ctx.concurrency}`)
       const rounds = await interleave(ctx.rounds, { direct: load(upstream.url), gateway: load(gateway.url) })
       const direct = summarize(rounds.direct)

@@ -21,7 +21,7 @@ export class JsonlAuditSink implements AuditSink {
   private file: FileHandle | null = null
   private closed = false
 
-  private constructor(private readonly path: string | 'stdout') {
+  private constructor(path: string | 'stdout') {
     this.name = path === 'stdout' ? 'stdout' : `jsonl:${path}`
   }
 

@@ -116,7 +116,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     else if (this.settled) controller.abort(new Error('gave up before a connection was free'))
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200 || this.settled) return // 1xx informational: the final response follows
     clearTimeout(this.deadline)
     this.started = true

@@ -43,7 +43,7 @@ export interface JwksServer {
 
 export async function startJwksServer(keys: JWK[]): Promise<JwksServer> {
   const state = { keys, fetches: 0 }
-  const server: Server = createServer((req, res) => {
+  const server: Server = createServer((_req, res) => {
     state.fetches++
     res.writeHead(200, { 'content-type': 'application/jwk-set+json' })
     res.end(JSON.stringify({ keys: state.keys }))

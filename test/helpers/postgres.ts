@@ -1,7 +1,7 @@
 import { type ChildProcess, fork } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
-import { Client } from 'pg'
+import { Client, Pool } from 'pg'
 
 /**
  * Real Postgres for tests. Where the server comes from, in order:
@@ -82,6 +82,19 @@ export async function freshDatabase(prefix = 'wardline_test'): Promise<TestDatab
     adminUrl: admin,
     drop: () => withClient(admin, (c) => c.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`)).then(() => undefined),
   }
+}
+
+/** A fresh database with a pool on it (errors heard, so a test that stops the server cannot crash jest). */
+export async function openTestDatabase(max: number): Promise<{ db: TestDatabase; pool: Pool }> {
+  const db = await freshDatabase()
+  const pool = new Pool({ connectionString: db.url, max })
+  pool.on('error', () => undefined)
+  return { db, pool }
+}
+
+export async function closeTestDatabase(opened: { db?: TestDatabase; pool?: Pool }): Promise<void> {
+  await opened.pool?.end()
+  await opened.db?.drop()
 }
 
 /** Runs `fn` on a short-lived client. */

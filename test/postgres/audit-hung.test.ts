@@ -2,7 +2,7 @@ import { join } from 'node:path'
 import { Pool } from 'pg'
 import { DEFAULT_RETRY_BOUND_MS } from '../../src/audit/writer'
 import { MCP_HEADERS, as, type Harness, readJsonl, startHarness, tempDir, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 
 /**
@@ -13,16 +13,8 @@ import { PostgresProxy } from '../helpers/postgres-proxy'
 let db: TestDatabase
 let pool: Pool
 
-beforeAll(async () => {
-  db = await freshDatabase()
-  pool = new Pool({ connectionString: db.url, max: 2 })
-  pool.on('error', () => undefined)
-})
-
-afterAll(async () => {
-  await pool.end()
-  await db.drop()
-})
+beforeAll(async () => ({ db, pool } = await openTestDatabase(2)))
+afterAll(() => closeTestDatabase({ db, pool }))
 
 interface Setup {
   readonly h: Harness

@@ -4,22 +4,14 @@ import { describeError } from '../../src/errors'
 import { silentLogger } from '../../src/log'
 import { startGateway } from '../../src/server/compose'
 import { MCP_HEADERS, as, configFrom, type Harness, startHarness, tempDir, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 
 let db: TestDatabase
 let pool: Pool
 
-beforeAll(async () => {
-  db = await freshDatabase()
-  pool = new Pool({ connectionString: db.url, max: 4 })
-  pool.on('error', () => undefined)
-})
-
-afterAll(async () => {
-  await pool.end()
-  await db.drop()
-})
+beforeAll(async () => ({ db, pool } = await openTestDatabase(4)))
+afterAll(() => closeTestDatabase({ db, pool }))
 
 function postgresConfig(dsn: string, extra: { budget?: Record<string, unknown>; maxConnections?: number } = {}): Record<string, unknown> {
   return {

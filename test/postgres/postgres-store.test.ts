@@ -5,23 +5,18 @@ import type { BucketCharge } from '../../src/budget/store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { budgetStoreContract, bucket } from '../budget/store-contract'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 
 let db: TestDatabase
 let pool: Pool
 
 beforeAll(async () => {
-  db = await freshDatabase()
-  pool = new Pool({ connectionString: db.url, max: 20 })
-  pool.on('error', () => undefined)
+  ;({ db, pool } = await openTestDatabase(20))
   await migrate(pool, silentLogger())
 })
 
-afterAll(async () => {
-  await pool.end()
-  await db.drop()
-})
+afterAll(() => closeTestDatabase({ db, pool }))
 
 async function countOf(key: string): Promise<number | null> {
   const r = await pool.query<{ count: number }>('SELECT count FROM budget_buckets WHERE key = $1', [key])

@@ -1,6 +1,6 @@
 import { Pool } from 'pg'
 import { MCP_HEADERS, as, type Harness, startHarness, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 
 /**
@@ -10,16 +10,8 @@ import { PostgresProxy } from '../helpers/postgres-proxy'
 let db: TestDatabase
 let pool: Pool
 
-beforeAll(async () => {
-  db = await freshDatabase()
-  pool = new Pool({ connectionString: db.url, max: 2 })
-  pool.on('error', () => undefined)
-})
-
-afterAll(async () => {
-  await pool.end()
-  await db.drop()
-})
+beforeAll(async () => ({ db, pool } = await openTestDatabase(2)))
+afterAll(() => closeTestDatabase({ db, pool }))
 
 function call(h: Harness, identity: string, id: number): Promise<Response> {
   return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(toolCall('echo', { text: 'hi' }, id)) })
