@@ -15,6 +15,9 @@ const MISSING: AuthFailure = { failed: true, reason: 'missing bearer token', bea
 const NOT_BEARER: AuthFailure = { failed: true, reason: 'Authorization header is not a Bearer token', bearerError: null }
 // The Bearer scheme with no well-formed token after it: a malformed request (RFC 6750 §3.1 invalid_request).
 const MALFORMED_HEADER: AuthFailure = { failed: true, reason: 'malformed Authorization header', bearerError: 'invalid_request' }
+// Node keeps the first of two Authorization headers and drops the second; a proxy in front may keep
+// the other one. Which caller is meant is ambiguous, so neither is.
+const REPEATED_HEADER: AuthFailure = { failed: true, reason: 'more than one Authorization header', bearerError: 'invalid_request' }
 
 /**
  * `auth.mode: jwt`: the caller is whoever the bearer token says, once its signature, algorithm,
@@ -48,6 +51,7 @@ export class JwtAuthenticator implements Authenticator {
   authenticate(ex: Exchange): AuthResult | Promise<AuthResult> {
     const header = ex.req.headers.authorization
     if (header === undefined || header === '') return MISSING
+    if (authorizationCount(ex.req.rawHeaders) > 1) return REPEATED_HEADER
     const match = BEARER.exec(header)
     if (match === null) return /^bearer(\s|$)/i.test(header) ? MALFORMED_HEADER : NOT_BEARER
     return this.verify(match[1])
@@ -141,4 +145,10 @@ function algorithmOf(token: string): string | undefined {
 
 function safeName(claim: string): string {
   return /^[A-Za-z0-9_:.-]{1,64}$/.test(claim) ? claim : 'unknown'
+}
+
+function authorizationCount(raw: readonly string[]): number {
+  let n = 0
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 13 && raw[i].toLowerCase() === 'authorization') n++
+  return n
 }

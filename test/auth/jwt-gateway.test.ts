@@ -1,3 +1,4 @@
+import { connect } from 'node:net'
 /**
  * The gateway in jwt mode, end to end: real HTTP, the example MCP server upstream, the audit trail
  * read back, and the official SDK client carrying its token in requestInit.headers.
@@ -42,6 +43,28 @@ describe('jwt mode through the gateway', () => {
     expect(h.upstream.seen.length).toBe(before)
     const entry = (await h.audit()).at(-1)
     expect(entry).toMatchObject({ decision: 'unauthorized', status: 401, identity: '', tenant: '', reason: 'missing bearer token' })
+  })
+
+  test('two Authorization headers are refused, whichever one holds a valid token', async () => {
+    const good = await hs({ ...GOOD, exp: hour() })
+    const port = Number(new URL(h.url).port)
+    const reply = await new Promise<string>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1', () => socket.write(
+        `POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nauthorization: Bearer ${good}\r\nauthorization: Bearer other\r\ncontent-length: 2\r\n\r\n{}`,
+      ))
+      let data = ''
+      socket.on('data', (c: Buffer) => {
+        data += c.toString('utf8')
+        if (data.includes('}}')) {
+          resolve(data)
+          socket.destroy()
+        }
+      })
+      socket.on('error', reject)
+    })
+    expect(reply).toMatch(/^HTTP\/1\.1 401 /)
+    expect(reply).toContain('error="invalid_request"')
+    expect((await h.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', reason: 'more than one Authorization header' })
   })
 
   test('each bad token gets 401 with error="invalid_token", a message naming the check, and never the token echoed', async () => {
