@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { open, type FileHandle } from 'node:fs/promises'
 import { dirname } from 'node:path'
+import { WardlineError, describeError } from '../errors'
 import type { AuditEntry } from './entry'
 import type { AuditSink } from './sink'
 
@@ -30,9 +31,14 @@ export class JsonlAuditSink implements AuditSink {
     if (path === 'stdout') {
       guardStdout()
     } else {
-      mkdirSync(dirname(path), { recursive: true })
-      // O_APPEND: every write lands at the end even if an operator's tool truncates or rotates by copy.
-      sink.file = await open(path, 'a')
+      try {
+        mkdirSync(dirname(path), { recursive: true })
+        // O_APPEND: every write lands at the end even if an operator's tool truncates or rotates by copy.
+        sink.file = await open(path, 'a')
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code ?? describeError(err)
+        throw new WardlineError('WL_CONFIG_INVALID', `audit.output: cannot open ${path} for appending (${code})`, { cause: err })
+      }
     }
     return sink
   }

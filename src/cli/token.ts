@@ -32,6 +32,11 @@ export async function mintToken(config: Config, request: TokenRequest, now: () =
       `this gateway verifies tokens with auth.jwt.${source} (asymmetric keys): only your identity provider holds the signing key, so get a token from it; wardline token works only with auth.jwt.secret`,
     )
   }
+  for (const reserved of [jwt.identityClaim, jwt.tenantClaim, 'iss', 'aud', 'iat', 'exp', 'nbf']) {
+    if (request.claims !== undefined && Object.hasOwn(request.claims, reserved)) {
+      throw new WardlineError('WL_CONFIG_INVALID', `--claim ${reserved}: set by wardline token itself (use --sub, --tenant or --ttl)`)
+    }
+  }
   const issuedAt = Math.floor(now() / 1000)
   const payload: Record<string, unknown> = { ...request.claims, [jwt.identityClaim]: request.sub }
   if (request.tenant !== undefined) payload[jwt.tenantClaim] = request.tenant

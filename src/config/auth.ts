@@ -46,7 +46,7 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
   algorithms.forEach((alg, i) => {
     if (!allowed.includes(alg)) r.note(join('auth.jwt.algorithms', i), `must be one of ${allowed.join(', ')} for this key source`)
   })
-  if (secret === null && sources.length === 1 && algorithms.length === 0) {
+  if (sources.length === 1 && sources[0] !== 'secret' && algorithms.length === 0) {
     // The alg header is attacker-controlled: with asymmetric keys the operator names the algorithms.
     r.note('auth.jwt.algorithms', 'is required with jwks_url, jwks_file or public_key_file')
   }

@@ -13,6 +13,7 @@ import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
 import { type BudgetStage, budgetStage } from '../budget/stage'
 import type { BudgetStore } from '../budget/store'
+import { keysNeedingRestart } from '../config/diff'
 import type { Config } from '../config/types'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger } from '../log'
@@ -47,14 +48,12 @@ export interface RunningGateway {
   shutdown(): Promise<void>
   /**
    * Applies a new, already validated Config's `budget` and `policy` to requests that start from now on,
-   * keeping every count already used (the store stays). Returns the top-level keys that changed but
-   * only take effect after a restart; they are left as they were.
+   * keeping every count already used (the store stays). Returns the YAML keys that changed but only
+   * take effect after a restart; they are left as they were.
    */
   reload(next: Config): string[]
 }
 
-/** Sections a reload can apply; anything else holds sockets, keys or pools and needs a restart. */
-const RELOADABLE: ReadonlySet<keyof Config> = new Set(['budget', 'policy'])
 
 /** The composition root: turns a validated Config into a listening gateway. */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
@@ -139,6 +138,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       const deadline = Date.now() + config.shutdownGraceSeconds * 1000
       while (gateway.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
       if (gateway.inFlight > 0) log.warn('shutdown grace period over: closing open requests', { in_flight: gateway.inFlight })
+      gateway.cuttingConnections = true
       server.closeAllConnections()
       await closed
       // Requests cut short above write their audit entry in their `finally` once their relay or stage
@@ -157,9 +157,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   }
 
   const reload = (next: Config): string[] => {
-    const restartNeeded = (Object.keys(next) as Array<keyof Config>).filter(
-      (key) => !RELOADABLE.has(key) && JSON.stringify(next[key]) !== JSON.stringify(current[key]),
-    )
+    const restartNeeded = keysNeedingRestart(current, next)
     gateway.replaceStages(stagesFor({ ...current, budget: next.budget, policy: next.policy }))
     current = { ...current, budget: next.budget, policy: next.policy }
     log.info('configuration reloaded: budget and policy apply to new requests; budget counts kept', { restart_needed_for: restartNeeded })

@@ -12,6 +12,8 @@ import type { Upstream } from '../upstream/forward'
 export class Gateway {
   /** Requests between arrival and their audit record; shutdown waits for this to reach 0. */
   inFlight = 0
+  /** Set when shutdown closes the connections still open, so their entries say who closed them. */
+  cuttingConnections = false
 
   constructor(
     private stages: readonly Stage[],
@@ -35,6 +37,7 @@ export class Gateway {
     } catch (err) {
       this.replyWithError(ex, err)
     } finally {
+      if (this.cuttingConnections && ex.aborted) ex.reason = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
       this.inFlight--
       this.audit.record(ex)
     }
@@ -49,6 +52,7 @@ export class Gateway {
     const cause = err instanceof Error && err.cause !== undefined ? `: ${describeError(err.cause)}` : ''
     ex.reason = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
     if (!known) this.log.error('unexpected error while handling a request', { request_id: ex.requestId, error: describeError(err), stack: (err as Error)?.stack })
+    if (!ex.res.headersSent) ex.res.setHeader('x-wardline-request-id', ex.requestId)
     const retry = status === 503 ? { 'retry-after': '1' } : undefined
     writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)
   }
@@ -62,6 +66,8 @@ const MESSAGES: Record<number, string> = {
 }
 
 export function refuse(ex: Exchange, refusal: Refusal): void {
+  // The caller's handle on this request in the audit trail, on local answers as on forwarded ones.
+  ex.res.setHeader('x-wardline-request-id', ex.requestId)
   ex.decision = refusal.decision
   ex.status = refusal.status
   ex.reason = refusal.reason

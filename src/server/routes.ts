@@ -25,7 +25,7 @@ export interface RouteDeps {
 
 const PROTECTED_RESOURCE = '/.well-known/oauth-protected-resource'
 
-/** /healthz, /readyz, /metrics and the RFC 9728 metadata: never proxied, never audited. */
+/** /healthz, /readyz, /metrics (any method) and the RFC 9728 metadata: never proxied, never audited. */
 export function localRoutes(deps: RouteDeps): LocalRoutes {
   const metadataBody = deps.resourceMetadata === null ? null : JSON.stringify({
     resource: deps.resourceMetadata.resource,
@@ -46,7 +46,7 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
         void ready(deps, res)
         return true
       }
-      if (path === '/metrics' && req.method === 'GET') {
+      if (path === '/metrics') {
         deps.beforeMetrics()
         deps.metrics.registry.metrics().then(
           (text) => {

@@ -28,11 +28,20 @@ describe('minting a token', () => {
       auth: { mode: 'jwt', jwt: { secret: SECRET, algorithms: ['HS384'], issuer: 'wardline-cli', audience: ['mcp', 'other'], identity_claim: 'email', tenant_claim: 'org' } },
     })
     const now = Date.now()
-    const token = await mintToken(config, { sub: 'alice@acme.example', tenant: 'acme', ttlSeconds: 600, claims: { role: 'admin', email: 'ignored' } }, () => now)
+    const token = await mintToken(config, { sub: 'alice@acme.example', tenant: 'acme', ttlSeconds: 600, claims: { role: 'admin' } }, () => now)
     const claims = decodeJwt(token)
     expect(claims).toMatchObject({ email: 'alice@acme.example', org: 'acme', role: 'admin', iss: 'wardline-cli', aud: 'mcp' })
     expect((claims.exp as number) - (claims.iat as number)).toBe(600)
     expect(await accepted(config, token)).toEqual({ identity: 'alice@acme.example', tenant: 'acme' })
+  })
+
+  test('--claim cannot set the identity, the tenant or the registered claims the command sets itself', async () => {
+    const config = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt: { secret: SECRET } } })
+    for (const claim of ['sub', 'tenant', 'exp', 'iss']) {
+      await expect(mintToken(config, { sub: 'alice', ttlSeconds: 60, claims: { [claim]: 'x' } })).rejects.toThrow(
+        `--claim ${claim}: set by wardline token itself (use --sub, --tenant or --ttl)`,
+      )
+    }
   })
 
   test('asymmetric configs and header mode are refused with a message saying why', async () => {

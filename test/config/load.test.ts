@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { parseConfig } from '../../src/config/load'
 import { configProblems } from '../helpers/harness'
 
@@ -67,6 +69,14 @@ describe('configuration loading', () => {
         'upstream: must not have a query, a fragment or credentials (only scheme, host, port and a base path are used)',
       ])
     }
+  })
+
+  test('the shipped Postgres example, read without its environment, names exactly the missing variables', () => {
+    const text = readFileSync(join(__dirname, '..', '..', 'examples', 'wardline.postgres.yaml'), 'utf8')
+    expect(problems(text).sort()).toEqual([
+      'auth.jwt.secret: environment variable WARDLINE_JWT_SECRET is not set',
+      'postgres.dsn: environment variable WARDLINE_POSTGRES_DSN is not set',
+    ])
   })
 
   test('an unset secret variable is reported once, without unrelated algorithm complaints', () => {

@@ -101,6 +101,24 @@ describe('request targets and headers', () => {
     expect(seen.headers['x-wardline-identity']).toBeUndefined()
   })
 
+  test('/metrics is answered locally whatever the method: never proxied, never audited', async () => {
+    const before = upstream.seen.length
+    const entries = (await h.audit()).length
+    const res = await fetch(`${h.url}/metrics`, { method: 'POST', headers: as('alice') })
+    expect(res.status).toBe(200)
+    expect(await res.text()).toContain('wardline_requests_total')
+    expect(upstream.seen.length).toBe(before)
+    expect((await h.audit()).length).toBe(entries)
+  })
+
+  test('answers the gateway makes itself carry the request id of their audit entry', async () => {
+    const res = await fetch(`${h.url}/mcp`, { method: 'PUT', headers: as('alice'), body: '{}' })
+    expect(res.status).toBe(405)
+    const id = res.headers.get('x-wardline-request-id')
+    expect(id).toMatch(/^[0-9a-f-]{36}$/)
+    expect((await h.audit()).at(-1)).toMatchObject({ request_id: id, status: 405 })
+  })
+
   test('a 401 before the body was read closes the connection instead of draining the body', async () => {
     const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: MCP_HEADERS, body: JSON.stringify(toolCall('echo')) })
     expect(res.status).toBe(401)

@@ -22,7 +22,10 @@ describe('shutdown with a stream still open', () => {
       await h.gateway.shutdown()
       const entries = readJsonl(h.auditFile)
       expect(entries).toHaveLength(1)
-      expect(entries[0]).toMatchObject({ method: 'GET', identity: 'alice', decision: 'passthrough', status: 200 })
+      expect(entries[0]).toMatchObject({
+        method: 'GET', identity: 'alice', decision: 'passthrough', status: 200,
+        reason: 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)',
+      })
     } finally {
       await h.upstream.close()
       await upstream.close()

@@ -1,0 +1,25 @@
+import type { Config } from './types'
+
+/** Every YAML key a reload cannot apply, with where its value lives in a Config. */
+const RESTART_KEYS: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
+  ['listen', (c) => c.listen],
+  ['upstream', (c) => c.upstream.url],
+  ['upstream_timeout_seconds', (c) => c.upstream.timeoutSeconds],
+  ['upstream_connections', (c) => c.upstream.connections],
+  ['max_body_bytes', (c) => c.limits.maxBodyBytes],
+  ['shutdown_grace_seconds', (c) => c.shutdownGraceSeconds],
+  ['shutdown_delay_seconds', (c) => c.shutdownDelaySeconds],
+  ['log_level', (c) => c.logLevel],
+  ['features', (c) => c.features],
+  ['audit', (c) => c.audit],
+  ['auth', (c) => c.auth],
+  ['postgres', (c) => c.postgres],
+]
+
+/**
+ * The YAML keys whose values differ between two configs but take effect only after a restart (they
+ * hold sockets, keys, files or pools). `budget` and `policy` are what a reload applies.
+ */
+export function keysNeedingRestart(current: Config, next: Config): string[] {
+  return RESTART_KEYS.filter(([, read]) => JSON.stringify(read(current)) !== JSON.stringify(read(next))).map(([key]) => key)
+}
