@@ -63,6 +63,8 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
     async run(ex: Exchange): Promise<Verdict> {
       const charges = chargesFor(ex, tools, tenants, config, identityPolicyItem)
       if (charges === null) return CONTINUE
+      const oversized = charges.length > 1 || charges[0].cost > 1 ? tooLargeForAWindow(charges) : null
+      if (oversized !== null) return oversized
       let result: AdmitResult
       try {
         result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges), timeoutMs))
@@ -142,6 +144,27 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
       ...rateLimitFields(result.buckets, charges),
     },
   }
+}
+
+/**
+ * A batch needing more from one bucket than its whole limit can never be admitted, however long it
+ * waits: it is refused without touching the store, and the audit says why (the client must split it).
+ * Retry-After is still sent (DESIGN.md: every 429 has one): the window length.
+ */
+function tooLargeForAWindow(charges: readonly Charge[]): Refusal | null {
+  for (const c of charges) {
+    if (c.cost <= c.limit) continue
+    const retryAfter = wholeSeconds(c.windowSeconds)
+    return {
+      status: 429,
+      decision: 'throttled',
+      reason: `rate limit exceeded: batch needs ${c.cost} requests from the ${c.kind} bucket, which allows ${c.limit} per ${c.windowSeconds}s window: it can never be admitted whole`,
+      message: 'Rate limit exceeded',
+      data: { retry_after_seconds: retryAfter, bucket: c.kind },
+      headers: { 'retry-after': String(retryAfter), 'cache-control': 'no-store' },
+    }
+  }
+  return null
 }
 
 /**

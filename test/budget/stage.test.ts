@@ -182,11 +182,15 @@ describe('batches', () => {
     ])
   })
 
-  test('a batch calling a listed tool more often than its limit is refused by the tool bucket', async () => {
+  test('a batch calling a listed tool more often than its whole limit is refused as never admissible, charging nothing', async () => {
     const res = await h.post([expensive(1), expensive(2), expensive(3)])
     expect(res.status).toBe(429)
     expect(res.json.error.data.bucket).toBe('tool')
+    expect(res.headers.get('retry-after')).toBe('30')
+    const entries = (await h.audit()).slice(-3)
+    expect(entries.map((e) => e.reason)).toEqual(Array(3).fill('rate limit exceeded: batch needs 3 requests from the tool bucket, which allows 2 per 30s window: it can never be admitted whole'))
     expect((await h.post(expensive(4))).status).toBe(200)
+    expect((await h.post(expensive(5))).status).toBe(200) // both slots were still there
   })
 })
 
