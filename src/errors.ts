@@ -19,7 +19,8 @@ export const STATUS: Readonly<Record<ErrorCode, number>> = {
   WL_UPSTREAM_UNREACHABLE: 502,
   WL_UPSTREAM_TIMEOUT: 504,
   WL_UPSTREAM_FAILED: 502,
-  // The caller cannot be verified: RFC 6750 says 401 invalid_token, whatever the reason keys are missing.
+  // Never reaches the gateway as a failure: the JWT authenticator turns it into a 401 refusal with its
+  // challenge (RFC 6750 invalid_token). Listed so the code has a status like every other.
   WL_AUTH_KEYS_UNAVAILABLE: 401,
   WL_POSTGRES_UNAVAILABLE: 503,
   WL_INTERNAL: 500,

@@ -1,5 +1,12 @@
 import type { Decision, Exchange } from '../pipeline/exchange'
 
+/** The JSONL text of entries: one JSON object per line, each line ending in a newline. */
+export function toJsonLines(entries: readonly AuditEntry[]): string {
+  let text = ''
+  for (const e of entries) text += JSON.stringify(e) + '\n'
+  return text
+}
+
 /** One line of the audit trail. Key order is part of the format: build it with `auditEntries`. */
 export interface AuditEntry {
   readonly timestamp: string
@@ -20,9 +27,9 @@ export interface AuditEntry {
  * body; for a batch, one per gated element plus one for the rest (if any). Batch entries get
  * `<request_id>/<element index>` and `<request_id>/rest` so every request_id stays unique.
  */
-export function auditEntries(ex: Exchange, nowMono: number): AuditEntry[] {
-  const timestamp = new Date(ex.startedAt).toISOString()
-  const latency = Math.round((nowMono - ex.startedMono) * 1000) / 1000
+export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
+  const timestamp = new Date(ex.startedAtMs).toISOString()
+  const latency = Math.round((nowMonoMs - ex.startedMonoMs) * 1000) / 1000
   const identity = ex.principal?.identity ?? ''
   const tenant = ex.principal?.tenant ?? ''
   const sessionId = ex.sessionId

@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs'
 import { open, type FileHandle } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { WardlineError, describeError } from '../errors'
-import type { AuditEntry } from './entry'
+import { type AuditEntry, toJsonLines } from './entry'
 import type { AuditSink } from './sink'
 
 /**
@@ -45,8 +45,7 @@ export class JsonlAuditSink implements AuditSink {
 
   async write(entries: readonly AuditEntry[]): Promise<void> {
     if (this.closed) throw new Error(`audit sink ${this.name} is closed`)
-    let text = ''
-    for (const e of entries) text += JSON.stringify(e) + '\n'
+    const text = toJsonLines(entries)
     if (this.file !== null) {
       await this.file.appendFile(text)
       return

@@ -2,7 +2,7 @@ import { createReadStream, closeSync, existsSync, fstatSync, fsyncSync, mkdirSyn
 import { dirname } from 'node:path'
 import { createInterface } from 'node:readline'
 import { describeError } from '../errors'
-import type { AuditEntry } from './entry'
+import { type AuditEntry, toJsonLines } from './entry'
 
 export interface ReplayHooks {
   /**
@@ -51,8 +51,7 @@ export class AuditSpill {
   }
 
   append(entries: readonly AuditEntry[]): void {
-    let text = ''
-    for (const e of entries) text += JSON.stringify(e) + '\n'
+    const text = toJsonLines(entries)
     appendLines(this.path, text)
   }
 

@@ -1,5 +1,5 @@
 import type { Exchange } from '../pipeline/exchange'
-import { DEFAULT_TENANT, principalProblem } from './principal'
+import { DEFAULT_TENANT, checkPrincipal } from './principal'
 import type { AuthResult, Authenticator } from './stage'
 
 /**
@@ -14,7 +14,7 @@ export class HeaderAuthenticator implements Authenticator {
     const tenantHeader = single(ex.req.headersDistinct['x-wardline-tenant'])
     if (tenantHeader === null) return { failed: true, reason: 'more than one X-Wardline-Tenant header', bearerError: null }
     const tenant = tenantHeader === '' ? DEFAULT_TENANT : tenantHeader
-    const problem = principalProblem('identity', identity) ?? principalProblem('tenant', tenant)
+    const problem = checkPrincipal('identity', identity) ?? checkPrincipal('tenant', tenant)
     if (problem !== null) return { failed: true, reason: problem, bearerError: null }
     return { identity, tenant }
   }

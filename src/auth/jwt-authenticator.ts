@@ -4,7 +4,7 @@ import { WardlineError, describeError } from '../errors'
 import type { Logger } from '../log'
 import type { Exchange } from '../pipeline/exchange'
 import { type VerificationKeys, loadKeys } from './keys'
-import { DEFAULT_TENANT, principalProblem } from './principal'
+import { DEFAULT_TENANT, checkPrincipal } from './principal'
 import type { AuthFailure, AuthResult, Authenticator } from './stage'
 import { TokenCache } from './token-cache'
 
@@ -91,7 +91,7 @@ export class JwtAuthenticator implements Authenticator {
     } else {
       tenant = tenantClaim
     }
-    const problem = principalProblem('identity', identity) ?? principalProblem('tenant', tenant)
+    const problem = checkPrincipal('identity', identity) ?? checkPrincipal('tenant', tenant)
     if (problem !== null) return invalid(`token ${problem}`)
     return Object.freeze({ identity, tenant })
   }

@@ -125,22 +125,8 @@ function fetchProblem(err: unknown, timeoutSeconds: number): string {
   if (err instanceof errors.JWKSTimeout) return `fetch timed out after ${timeoutSeconds}s`
   // jose's own words: not a 200, not JSON, not a key set.
   if (err instanceof errors.JOSEError) return `fetch failed: ${err.message}`
-  return `fetch failed: ${rootCause(err)}`
-}
-
-/**
- * fetch() reports "fetch failed" with the socket error (ECONNREFUSED, ENOTFOUND…) some causes down.
- * Duck-typed rather than instanceof: undici's errors may come from another realm (jest's sandbox).
- */
-function rootCause(err: unknown): string {
-  let text = String(err)
-  let current = err as { message?: unknown; code?: unknown; cause?: unknown } | undefined
-  for (let depth = 0; current && typeof current === 'object' && depth < 5; depth++) {
-    if (typeof current.code === 'string') text = current.code
-    else if (typeof current.message === 'string' && current.message) text = current.message
-    current = current.cause as typeof current
-  }
-  return text
+  // fetch() says "fetch failed" with the socket error some causes down: describeError walks to it.
+  return `fetch failed: ${describeError(err).replace(/^fetch failed: /, '')}`
 }
 
 function byAlgorithm(keys: Map<string, CryptoKey>): VerificationKey {

@@ -1,13 +1,13 @@
+import { hasControlCharacters } from '../pipeline/methods'
+
 /** Identity and tenant limits: opaque strings, but bounded and printable (they end up in logs and keys). */
 export const MAX_PRINCIPAL_BYTES = 256
-// C0, DEL and C1 controls: they could forge log lines or hide characters in an audit trail.
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
 
 /** Returns why a claimed identity or tenant is unacceptable, or null when it is fine. */
-export function principalProblem(kind: 'identity' | 'tenant', value: string): string | null {
+export function checkPrincipal(kind: 'identity' | 'tenant', value: string): string | null {
   if (value.length === 0) return `${kind} is empty`
   if (Buffer.byteLength(value) > MAX_PRINCIPAL_BYTES) return `${kind} is longer than ${MAX_PRINCIPAL_BYTES} bytes`
-  if (CONTROL.test(value)) return `${kind} contains control characters`
+  if (hasControlCharacters(value)) return `${kind} contains control characters`
   return null
 }
 

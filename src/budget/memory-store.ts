@@ -87,7 +87,7 @@ export class MemoryBudgetStore implements BudgetStore {
     this.now = options.now ?? (() => performance.now())
   }
 
-  /** Live buckets held (for tests, metrics and the memory figures in the docs). */
+  /** Live buckets held (tests, and the bytes-per-bucket measurement in docs/budget.md). */
   get bucketCount(): number {
     return this.windows.size
   }

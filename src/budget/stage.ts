@@ -63,8 +63,6 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
     async run(ex: Exchange): Promise<Verdict> {
       const charges = chargesFor(ex, tools, tenants, config, identityPolicyItem)
       if (charges === null) return CONTINUE
-      const oversized = charges.length > 1 || charges[0].cost > 1 ? tooLargeForAWindow(charges) : null
-      if (oversized !== null) return oversized
       let result: AdmitResult
       try {
         result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges), timeoutMs))
@@ -129,11 +127,16 @@ function charge(b: ListedBucket, cost: number): Charge {
 
 function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
   const by = result.buckets[result.refusedBy]
+  const cost = charges[result.refusedBy].cost
   const retryAfter = wholeSeconds(by.resetSeconds)
   return {
     status: 429,
     decision: 'throttled',
-    reason: `rate limit exceeded: ${by.kind} bucket, ${by.limit} requests per ${by.windowSeconds}s window`,
+    // A batch needing more than a whole window allows can never be admitted, however long it waits:
+    // the Retry-After every 429 carries cannot help it, so the audit says the batch must be split.
+    reason: cost > by.limit
+      ? `rate limit exceeded: batch needs ${cost} requests from the ${by.kind} bucket, which allows ${by.limit} per ${by.windowSeconds}s window: it can never be admitted whole`
+      : `rate limit exceeded: ${by.kind} bucket, ${by.limit} requests per ${by.windowSeconds}s window`,
     message: 'Rate limit exceeded',
     // Only the caller's own wait and which kind of bucket refused: never another caller's counts.
     data: { retry_after_seconds: retryAfter, bucket: by.kind },
@@ -144,27 +147,6 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
       ...rateLimitFields(result.buckets, charges),
     },
   }
-}
-
-/**
- * A batch needing more from one bucket than its whole limit can never be admitted, however long it
- * waits: it is refused without touching the store, and the audit says why (the client must split it).
- * Retry-After is still sent (DESIGN.md: every 429 has one): the window length.
- */
-function tooLargeForAWindow(charges: readonly Charge[]): Refusal | null {
-  for (const c of charges) {
-    if (c.cost <= c.limit) continue
-    const retryAfter = wholeSeconds(c.windowSeconds)
-    return {
-      status: 429,
-      decision: 'throttled',
-      reason: `rate limit exceeded: batch needs ${c.cost} requests from the ${c.kind} bucket, which allows ${c.limit} per ${c.windowSeconds}s window: it can never be admitted whole`,
-      message: 'Rate limit exceeded',
-      data: { retry_after_seconds: retryAfter, bucket: c.kind },
-      headers: { 'retry-after': String(retryAfter), 'cache-control': 'no-store' },
-    }
-  }
-  return null
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { AuthConfig, JwtConfig, ResourceMetadata } from './types'
-import { type Node, type Reader, join } from './reader'
+import { type Reader, join } from './reader'
 
 const HMAC_ALGORITHMS = ['HS256', 'HS384', 'HS512']
 const ASYMMETRIC_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA']
@@ -104,4 +104,3 @@ export function checkUrl(r: Reader, value: string, path: string, protocols: read
   if (!protocols.includes(url.protocol)) r.note(path, `must use ${protocols.map((p) => p.slice(0, -1)).join(' or ')}`)
 }
 
-export type { Node }

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import yaml from 'js-yaml'
+import { GATED_METHODS } from '../pipeline/methods'
 import type { Effect, PolicyConfig, PolicyRule } from './types'
 import { Reader, join } from './reader'
 
@@ -8,15 +9,10 @@ const RULE_KEYS = ['identity', 'tenant', 'method', 'tool', 'effect']
 const EFFECTS: readonly Effect[] = ['allow', 'deny']
 
 /**
- * The gated methods a rule may name exactly (MCP 2025-06-18: Tools, Resources, Prompts). A name outside
- * this list is far more likely a typo than a method from the future, and a typo in a deny rule would
- * silently deny nothing; `resources/*` and `prompts/*` cover methods that do not exist yet.
+ * A rule names a gated method exactly (GATED_METHODS) or a family. A name outside the list is far more
+ * likely a typo than a method from the future, and a typo in a deny rule would silently deny nothing;
+ * `resources/*` and `prompts/*` cover methods that do not exist yet.
  */
-export const GATED_METHODS: readonly string[] = [
-  'tools/call',
-  'resources/list', 'resources/templates/list', 'resources/read', 'resources/subscribe', 'resources/unsubscribe',
-  'prompts/list', 'prompts/get',
-]
 /** Method patterns a rule may use besides the exact names: every gated method, or one family. */
 export const METHOD_FAMILIES: readonly string[] = ['*', 'resources/*', 'prompts/*']
 /** An omitted method means tools/call: most policies are about tools. */

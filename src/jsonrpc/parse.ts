@@ -1,5 +1,5 @@
 import type { JsonRpcId, RpcCall } from '../pipeline/exchange'
-import { INVALID_REQUEST, PARSE_ERROR } from './reply'
+import { INVALID_REQUEST, PARSE_ERROR, hasControlCharacters, isGatedMethod } from '../pipeline/methods'
 
 export type ParseResult =
   | { ok: true; calls: RpcCall[]; batch: boolean }
@@ -46,7 +46,7 @@ function classify(message: unknown): RpcCall | string {
   }
   if (typeof m.method !== 'string' || m.method === '') return 'method must be a non-empty string'
   const method = m.method
-  if (CONTROL.test(method)) return 'method contains control characters'
+  if (hasControlCharacters(method)) return 'method contains control characters'
   const params = m.params
   if (params !== undefined && (typeof params !== 'object' || params === null)) return 'params must be an object or an array'
   const p = (params ?? {}) as Record<string, unknown>
@@ -56,19 +56,13 @@ function classify(message: unknown): RpcCall | string {
   }
   // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
   // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name.
-  if (method.startsWith('resources/')) return gatedCall(id, method, typeof p.uri === 'string' ? p.uri : '')
-  if (method.startsWith('prompts/')) return gatedCall(id, method, typeof p.name === 'string' ? p.name : '')
-  return { id, method, target: '', gated: false, reason: '' }
+  if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '' }
+  const target = method.startsWith('resources/') ? p.uri : p.name
+  return gatedCall(id, method, typeof target === 'string' ? target : '')
 }
 
-/**
- * C0, DEL and C1 controls. No legitimate method, tool name, prompt name or URI holds one, and a
- * target ends up in audit lines, logs and database rows (Postgres text refuses NUL outright).
- */
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
-
 function gatedCall(id: JsonRpcId | undefined, method: string, target: string): RpcCall | string {
-  if (CONTROL.test(target)) return `${method} target contains control characters`
+  if (hasControlCharacters(target)) return `${method} target contains control characters`
   return { id, method, target, gated: true, reason: '' }
 }
 

@@ -27,6 +27,3 @@ export function writeRpcError(
   res.setHeader('content-length', Buffer.byteLength(body))
   res.end(body)
 }
-
-export const PARSE_ERROR = -32700
-export const INVALID_REQUEST = -32600

@@ -1,23 +1,26 @@
 import type { Exchange } from '../pipeline/exchange'
+import { PARSE_ERROR } from '../pipeline/methods'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import { parseMessages } from './parse'
 import { readBody } from './read-body'
 
-const TOO_LARGE = (maxBodyBytes: number): Refusal => ({
+function tooLarge(maxBodyBytes: number): Refusal {
+  return {
   status: 413,
   decision: 'error',
   reason: `request body larger than max_body_bytes (${maxBodyBytes})`,
   message: 'Request body too large',
   data: { max_body_bytes: maxBodyBytes },
   headers: { connection: 'close' },
-})
+  }
+}
 
 /**
  * Reads the POST body (capped), parses it as JSON-RPC and records the calls on the Exchange. Other
  * methods carry no JSON-RPC and continue untouched.
  */
 export function jsonRpcStage(maxBodyBytes: number): Stage {
-  const tooLarge = TOO_LARGE(maxBodyBytes)
+  const tooLargeRefusal = tooLarge(maxBodyBytes)
   return {
     name: 'jsonrpc',
     async run(ex: Exchange) {
@@ -29,8 +32,8 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
       }
       const read = await readBody(ex.req, maxBodyBytes)
       if (!read.ok) {
-        if (read.tooLarge) return tooLarge
-        return { status: 400, decision: 'error', reason: read.error.message, message: 'Request body could not be read', rpcCode: -32700 }
+        if (read.tooLarge) return tooLargeRefusal
+        return { status: 400, decision: 'error', reason: read.error.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }
       }
       ex.body = read.body
       const parsed = parseMessages(read.body)
@@ -40,7 +43,7 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
           decision: 'error',
           reason: parsed.reason,
           rpcCode: parsed.code,
-          message: parsed.code === -32700 ? 'Parse error' : 'Invalid Request',
+          message: parsed.code === PARSE_ERROR ? 'Parse error' : 'Invalid Request',
           id: parsed.id,
         }
       }

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 
-export type Decision = 'allow' | 'deny' | 'throttled' | 'passthrough' | 'error' | 'unauthorized'
+export const DECISIONS = ['allow', 'deny', 'throttled', 'passthrough', 'error', 'unauthorized'] as const
+export type Decision = (typeof DECISIONS)[number]
 
 export type JsonRpcId = string | number | null
 
@@ -50,9 +51,9 @@ export class Exchange {
     readonly res: ServerResponse,
     readonly requestId: string,
     /** Wall clock (epoch ms) for the audit timestamp. */
-    readonly startedAt: number,
+    readonly startedAtMs: number,
     /** Monotonic clock (performance.now()) for the latency. */
-    readonly startedMono: number,
+    readonly startedMonoMs: number,
   ) {}
 
   /** The id to echo in an error body: the single message's id, else null (batches, unparsed). */

@@ -1,4 +1,4 @@
-import { GATED_METHODS } from '../config/policy'
+import { GATED_METHODS } from '../pipeline/methods'
 import type { Effect, PolicyConfig, PolicyRule } from '../config/types'
 import { Glob } from './glob'
 

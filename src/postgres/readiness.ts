@@ -1,7 +1,7 @@
 import { Socket } from 'node:net'
 import { Client, type ClientConfig, type Pool } from 'pg'
 import { describeError } from '../errors'
-import type { ReadinessCheck } from '../server/routes'
+import type { ReadinessCheck } from '../readiness'
 import { withDeadline } from './pool'
 
 /** /readyz answers within this bound even when the database hangs (issue 6: "bounded, 2 s"). */

@@ -13,11 +13,12 @@ import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
 import { type BudgetStage, budgetStage } from '../budget/stage'
 import type { BudgetStore } from '../budget/store'
-import { keysNeedingRestart } from '../config/diff'
+import { keysNeedingRestart } from '../config/restart-keys'
 import type { Config } from '../config/types'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger } from '../log'
 import { Metrics } from '../metrics'
+import type { ReadinessCheck } from '../readiness'
 import type { Stage } from '../pipeline/stage'
 import { compilePolicy } from '../policy/compile'
 import { policyStage } from '../policy/stage'
@@ -26,9 +27,9 @@ import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
 import { Upstream } from '../upstream/forward'
-import { requestTargetStage } from '../upstream/target-stage'
+import { requestTargetStage } from '../upstream/request-target-stage'
 import { Gateway } from './gateway'
-import { type ReadinessCheck, localRoutes } from './routes'
+import { localRoutes } from './routes'
 
 export interface GatewayOptions {
   readonly log?: Logger
@@ -90,7 +91,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
 
   const authenticator = await openAuthenticator(config, log)
   const upstream = new Upstream(config.upstream)
-  const store = openBudgetStore(config, log, closers, options.budgetStore ?? (pool === null ? undefined : await openPostgresBudget(pool, config, log, closers)))
+  const store = await openBudgetStore(config, pool, options.budgetStore, log, closers)
   const leading = [authStage(authenticator, config.auth), requestTargetStage(), jsonRpcStage(config.limits.maxBodyBytes)]
   let budget: BudgetStage | null = null
   const stagesFor = (cfg: Config): Stage[] => {
@@ -169,13 +170,25 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
 }
 
 /** The budget store, or null (and nothing counted) while features.budget_enforcement is off. */
-function openBudgetStore(config: Config, log: Logger, closers: Array<() => Promise<void> | void>, injected?: BudgetStore): BudgetStore | null {
+/**
+ * The budget store: none while features.budget_enforcement is off (nothing counted), the one a test
+ * injects, the shared Postgres store (with its reaper) when there is a pool, else memory.
+ */
+async function openBudgetStore(
+  config: Config, pool: Pool | null, injected: BudgetStore | undefined, log: Logger, closers: Array<() => Promise<void> | void>,
+): Promise<BudgetStore | null> {
   if (!config.features.budgetEnforcement) {
     if (config.budget.configured) log.warn('features.budget_enforcement is false: the budget: block is ignored and nothing is counted')
     return null
   }
-  // The Postgres store arrives as `injected` when features.postgres_storage is on (openPostgresBudget).
-  const store = injected ?? new MemoryBudgetStore()
+  let store: BudgetStore
+  if (injected !== undefined) {
+    store = injected
+  } else if (pool !== null) {
+    store = await openPostgresBudget(pool, config, log, closers)
+  } else {
+    store = new MemoryBudgetStore()
+  }
   if (store instanceof MemoryBudgetStore) {
     log.info('budgets are kept in memory: limits are per process, so each replica enforces them separately (features.postgres_storage shares them)')
   }
@@ -226,8 +239,7 @@ async function openPostgres(config: Config, log: Logger, closers: Array<() => Pr
 }
 
 /** The shared budget store (with its reaper), or undefined while budgets are off. */
-async function openPostgresBudget(pool: Pool, config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<BudgetStore | undefined> {
-  if (!config.features.budgetEnforcement) return undefined
+async function openPostgresBudget(pool: Pool, config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<BudgetStore> {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000, log })
   await store.calibrate()
   const reaper = new BudgetReaper(pool, log)

@@ -1,12 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { ResourceMetadata } from '../config/types'
 import type { Metrics } from '../metrics'
-
-/** A dependency /readyz asks about. `check` must settle quickly (bound it inside). */
-export interface ReadinessCheck {
-  readonly name: string
-  check(): Promise<{ ok: boolean; detail?: Record<string, unknown> }>
-}
+import type { ReadinessCheck } from '../readiness'
 
 export interface LocalRoutes {
   /** Answers the request when it is one of the gateway's own endpoints; false means "proxy it". */

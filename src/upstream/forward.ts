@@ -71,10 +71,6 @@ export class Upstream {
     })
   }
 
-  async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.streams.close()])
-  }
-
   async destroy(): Promise<void> {
     await Promise.all([this.pool.destroy(), this.streams.destroy()])
   }

@@ -59,7 +59,7 @@ describe('a remote JWKS', () => {
     expect(await listTools(h, unknown)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
     const entry = (await h.audit()).at(-1)
     expect(entry?.decision).toBe('unauthorized')
-    expect(entry?.reason).toMatch(/^signing keys unavailable \(WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch failed: ECONNREFUSED\)$/)
+    expect(entry?.reason).toMatch(/^signing keys unavailable \(WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch failed: .*ECONNREFUSED.*\)$/)
     expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
   })
 

@@ -187,6 +187,7 @@ describe('batches', () => {
     expect(res.status).toBe(429)
     expect(res.json.error.data.bucket).toBe('tool')
     expect(res.headers.get('retry-after')).toBe('30')
+    expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=4;w=60')
     const entries = (await h.audit()).slice(-3)
     expect(entries.map((e) => e.reason)).toEqual(Array(3).fill('rate limit exceeded: batch needs 3 requests from the tool bucket, which allows 2 per 30s window: it can never be admitted whole'))
     expect((await h.post(expensive(4))).status).toBe(200)

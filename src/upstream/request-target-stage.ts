@@ -1,4 +1,5 @@
 import type { Exchange } from '../pipeline/exchange'
+import { INVALID_REQUEST } from '../pipeline/methods'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 
 /** Methods the MCP transports use. Anything else (PUT, PATCH, TRACE…) could carry an uninspected body. */
@@ -17,7 +18,7 @@ const BAD_TARGET: Refusal = {
   decision: 'error',
   reason: 'request target is not an origin-form path (absolute-form, authority-form or *)',
   message: 'Bad request target',
-  rpcCode: -32600,
+  rpcCode: INVALID_REQUEST,
 }
 
 const DOT_SEGMENT: Refusal = {
@@ -25,7 +26,7 @@ const DOT_SEGMENT: Refusal = {
   decision: 'error',
   reason: 'request path has a dot segment (. or ..), which could climb out of the upstream base path',
   message: 'Bad request target',
-  rpcCode: -32600,
+  rpcCode: INVALID_REQUEST,
 }
 
 // `.` or `..` as a whole segment, literally or percent-encoded (%2e), before any query.
