@@ -36,13 +36,15 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
     await holder.query('BEGIN')
     await holder.query('SELECT * FROM budget_buckets FOR UPDATE')
     pending.push(call(h, 'busy', 1))
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    await until(async () => (await pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0].n === 1)
     pending.push(call(h, 'busy', 2))
-    await new Promise((resolve) => setTimeout(resolve, 200))
-
-    const busy = await fetch(`${h.url}/readyz`)
-    const body = (await busy.json()) as { checks: Record<string, unknown> }
-    expect(busy.status).toBe(200)
+    let body: { checks: Record<string, { pool_waiting?: number }> } = { checks: {} }
+    await until(async () => {
+      const busy = await fetch(`${h.url}/readyz`)
+      expect(busy.status).toBe(200)
+      body = (await busy.json()) as typeof body
+      return body.checks.postgres?.pool_waiting === 1
+    })
     expect(body.checks.postgres).toMatchObject({ ok: true, pool_total: 1, pool_idle: 0, pool_waiting: 1 })
 
     proxy.pause() // the database stops answering (for the gateway)
@@ -60,3 +62,12 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
     await proxy.close()
   }
 }, 60_000)
+
+/** Polls a condition (bounded) instead of sleeping for a guessed time. */
+async function until(condition: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 5000
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('condition not met within 5 s')
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
