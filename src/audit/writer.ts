@@ -1,3 +1,4 @@
+import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import type { AuditEntry } from './entry'
@@ -135,9 +136,7 @@ export class AuditWriter {
     if (this.hasSpilled) {
       // One bounded try: if the sink is back the file is emptied now; if not, it stays on disk and
       // the next start replays it. Either way nothing recorded is lost.
-      let timer: NodeJS.Timeout | undefined
-      const gaveUp = new Promise<void>((resolve) => { timer = setTimeout(resolve, CLOSE_REPLAY_MS) })
-      await Promise.race([this.replayNow(), gaveUp]).finally(() => clearTimeout(timer))
+      await withDeadline(this.replayNow(), CLOSE_REPLAY_MS, 'replay at close gave up').catch(() => undefined)
       if (this.hasSpilled) this.log.warn('audit entries remain in the spill file; they are replayed at the next start', { sink: this.sink.name, spill_file: this.options.spill?.path })
     }
     await this.sink.close()
@@ -198,11 +197,7 @@ export class AuditWriter {
   private attempt(batch: AuditEntry[], timeoutMs: number): Promise<void> {
     if (!Number.isFinite(timeoutMs)) return this.sink.write(batch)
     const ms = Math.max(1, Math.round(timeoutMs))
-    let timer: NodeJS.Timeout | undefined
-    const expired = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer from the ${this.sink.name} audit sink within ${ms} ms`)), ms)
-    })
-    return Promise.race([this.sink.write(batch, { timeoutMs: ms }), expired]).finally(() => clearTimeout(timer))
+    return withDeadline(this.sink.write(batch, { timeoutMs: ms }), ms, `no answer from the ${this.sink.name} audit sink within ${ms} ms`)
   }
 
   private spill(batch: AuditEntry[]): void {

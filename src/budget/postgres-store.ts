@@ -1,7 +1,7 @@
 import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
-import { withDeadline } from '../postgres/pool'
+import { withDeadline } from '../deadline'
 import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
 
 export interface PostgresBudgetStoreOptions {
@@ -139,7 +139,7 @@ export class PostgresBudgetStore implements BudgetStore {
       if (abandoned && row.refused_by < 0) this.refund(charges, row)
     }, () => undefined)
     try {
-      return toResult(charges, await withDeadline(verdict, remaining, 'no budget verdict'))
+      return toResult(charges, await withDeadline(verdict, remaining, `no budget verdict within ${remaining} ms`))
     } catch (err) {
       abandoned = true
       throw err
@@ -191,7 +191,8 @@ export class PostgresBudgetStore implements BudgetStore {
   private async connect(deadline: number): Promise<PoolClient> {
     const pending = this.pool.connect()
     try {
-      return await withDeadline(pending, deadline - performance.now(), 'no database connection')
+      const waitMs = deadline - performance.now()
+      return await withDeadline(pending, waitMs, `no database connection within ${Math.round(waitMs)} ms`)
     } catch (err) {
       // The pool may still hand us a connection later: give it straight back.
       pending.then((late) => late.release(), () => undefined)

@@ -1,4 +1,5 @@
 import type { BucketLimit, BudgetConfig } from '../config/types'
+import { withDeadline } from '../deadline'
 import { WardlineError, describeError } from '../errors'
 import { type Logger, RateLimitedLog } from '../log'
 import type { Metrics } from '../metrics'
@@ -41,6 +42,9 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
   const tenants = listed('tenant', config.tenants, tenantKey)
   const identityPolicyItem = policyItem('identity', config)
   const timeoutMs = config.checkTimeoutSeconds * 1000
+  // The overall bound on one check, whatever the store does inside: a store that hangs fails open (or
+  // closed) on time instead of holding the call until the client gives up.
+  const timeoutMessage = `budget check took longer than ${config.checkTimeoutSeconds}s (budget.check_timeout_seconds)`
   const failOpens = new FailOpenWindow(options.now ?? Date.now)
   const warnings = new RateLimitedLog(log)
 
@@ -65,7 +69,7 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
       if (charges === null) return CONTINUE
       let result: AdmitResult
       try {
-        result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges), timeoutMs))
+        result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges), timeoutMs, timeoutMessage))
       } catch (err) {
         return failed(ex, err)
       }
@@ -181,17 +185,4 @@ function listed(kind: BucketKind, limits: Readonly<Record<string, BucketLimit>>,
     out.set(name, { key: key(name), kind, name, limit: limit.requestsPerWindow, windowSeconds: limit.windowSeconds, policyItem: policyItem(kind, limit) })
   }
   return out
-}
-
-/**
- * The overall bound on one check (budget.check_timeout_seconds), whatever the store does inside:
- * a store that hangs fails open (or closed) on time instead of holding the call until the client
- * gives up.
- */
-function withDeadline(work: Promise<AdmitResult>, timeoutMs: number): Promise<AdmitResult> {
-  let timer: NodeJS.Timeout | undefined
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`budget check took longer than ${timeoutMs / 1000}s (budget.check_timeout_seconds)`)), timeoutMs)
-  })
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer))
 }

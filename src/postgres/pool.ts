@@ -1,5 +1,6 @@
 import { Pool } from 'pg'
 import type { PostgresConfig } from '../config/types'
+import { withDeadline } from '../deadline'
 import { WardlineError, describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 
@@ -54,17 +55,8 @@ export function openPool(config: PostgresConfig, log: Logger, options: PoolOptio
  */
 export async function checkReachable(pool: Pool, timeoutMs: number): Promise<void> {
   try {
-    await withDeadline(pool.query('SELECT 1'), timeoutMs, 'no answer')
+    await withDeadline(pool.query('SELECT 1'), timeoutMs, `no answer within ${Math.round(timeoutMs)} ms`)
   } catch (err) {
     throw new WardlineError('WL_POSTGRES_UNAVAILABLE', 'postgres is unreachable', { cause: err })
   }
-}
-
-/** Settles like `promise`, or rejects with `${what} within N ms` first. The promise is not cancelled. */
-export function withDeadline<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} within ${Math.round(timeoutMs)} ms`)), timeoutMs)
-  })
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer))
 }

@@ -2,7 +2,7 @@ import { Socket } from 'node:net'
 import { Client, type ClientConfig, type Pool } from 'pg'
 import { describeError } from '../errors'
 import type { ReadinessCheck } from '../readiness'
-import { withDeadline } from './pool'
+import { withDeadline } from '../deadline'
 
 /** /readyz answers within this bound even when the database hangs (issue 6: "bounded, 2 s"). */
 const PING_TIMEOUT_MS = 2000
@@ -35,7 +35,7 @@ export function postgresReadiness(pool: Pool, options: PostgresReadinessOptions 
         ...(options.auditSpillPending ? { audit_spill_pending: options.auditSpillPending() } : {}),
       }
       try {
-        await withDeadline(ping(pool, timeoutMs), timeoutMs, 'no answer')
+        await withDeadline(ping(pool, timeoutMs), timeoutMs, `no answer within ${timeoutMs} ms`)
         return { ok: true, detail: { latency_ms: Math.round(performance.now() - started), ...detail } }
       } catch (err) {
         return { ok: false, detail: { error: describeError(err), ...detail } }
