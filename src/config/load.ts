@@ -1,13 +1,11 @@
-import { readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
-import yaml from 'js-yaml'
 import { ConfigError } from '../errors'
 import { readAuth, checkUrl } from './auth'
 import { readBudget } from './budget'
 import { expandEnv } from './env'
 import { readPolicy } from './policy'
 import { readPostgres } from './postgres'
-import { Reader, deepFreeze } from './reader'
+import { Reader, deepFreeze, parseYaml, readText } from './reader'
 import type { AuditConfig, Config, Features, LogLevel } from './types'
 
 const TOP_LEVEL_KEYS = [
@@ -24,24 +22,16 @@ export interface LoadOptions {
 
 /** Reads, expands and validates a config file. Throws one ConfigError listing every problem. */
 export function loadConfig(path: string, env: NodeJS.ProcessEnv = process.env): Config {
-  let text: string
-  try {
-    text = readFileSync(path, 'utf8')
-  } catch (err) {
-    throw new ConfigError([`${path}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`])
-  }
-  return parseConfig(text, { env, baseDir: dirname(resolve(path)) })
+  const file = readText(path)
+  if ('problem' in file) throw new ConfigError([`${path}: ${file.problem}`])
+  return parseConfig(file.text, { env, baseDir: dirname(resolve(path)) })
 }
 
 export function parseConfig(text: string, options: LoadOptions = {}): Config {
-  let tree: unknown
-  try {
-    tree = yaml.load(text, { schema: yaml.CORE_SCHEMA })
-  } catch (err) {
-    throw new ConfigError([`not valid YAML: ${(err as Error).message.split('\n')[0]}`])
-  }
+  const parsed = parseYaml(text)
+  if ('problem' in parsed) throw new ConfigError([parsed.problem])
   const r = new Reader()
-  const expanded = expandEnv(tree ?? {}, '', options.env ?? process.env, r)
+  const expanded = expandEnv(parsed.tree ?? {}, '', options.env ?? process.env, r)
   const config = readConfig(r, expanded, options.baseDir ?? process.cwd())
   if (r.problems.length > 0) throw new ConfigError(r.problems)
   return deepFreeze(config)

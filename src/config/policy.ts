@@ -1,8 +1,6 @@
-import { readFileSync } from 'node:fs'
-import yaml from 'js-yaml'
 import { GATED_METHODS } from '../pipeline/methods'
 import type { Effect, PolicyConfig, PolicyRule } from './types'
-import { Reader, join } from './reader'
+import { Reader, join, parseYaml, readText } from './reader'
 
 const POLICY_KEYS = ['default', 'rules']
 const RULE_KEYS = ['identity', 'tenant', 'method', 'tool', 'effect']
@@ -43,20 +41,17 @@ export function readPolicy(r: Reader, inline: unknown, file: unknown, resolvePat
 
 /** A policy file holds the same mapping as the inline block. Taken literally: no ${VAR} expansion. */
 export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
-  let text: string
-  try {
-    text = readFileSync(path, 'utf8')
-  } catch (err) {
-    r.note('policy_file', `${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`)
+  const file = readText(path)
+  if ('problem' in file) {
+    r.note('policy_file', `${path} ${file.problem}`)
     return null
   }
-  let tree: unknown
-  try {
-    tree = yaml.load(text, { schema: yaml.CORE_SCHEMA })
-  } catch (err) {
-    r.note(path, `not valid YAML: ${(err as Error).message.split('\n')[0]}`)
+  const parsed = parseYaml(file.text)
+  if ('problem' in parsed) {
+    r.note(path, parsed.problem)
     return null
   }
+  const tree = parsed.tree
   if (tree === null || typeof tree !== 'object' || Array.isArray(tree)) {
     r.note(path, 'must be a mapping with default and rules')
     return null

@@ -1,3 +1,24 @@
+import { readFileSync } from 'node:fs'
+import yaml from 'js-yaml'
+
+/** A file's text, or the problem to report (`cannot be read (ENOENT)`). Both config files read this way. */
+export function readText(path: string): { text: string } | { problem: string } {
+  try {
+    return { text: readFileSync(path, 'utf8') }
+  } catch (err) {
+    return { problem: `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})` }
+  }
+}
+
+/** A YAML document as a plain tree (core schema: no custom tags, no dates), or the problem to report. */
+export function parseYaml(text: string): { tree: unknown } | { problem: string } {
+  try {
+    return { tree: yaml.load(text, { schema: yaml.CORE_SCHEMA }) }
+  } catch (err) {
+    return { problem: `not valid YAML: ${(err as Error).message.split('\n')[0]}` }
+  }
+}
+
 /**
  * Reads an untyped YAML tree and notes every problem with its key path instead of stopping at the
  * first one. Each reader returns a usable fallback after noting a problem, so reading goes on and
