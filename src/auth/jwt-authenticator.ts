@@ -5,7 +5,7 @@ import type { Logger } from '../log'
 import type { Exchange } from '../pipeline/exchange'
 import { type VerificationKeys, loadKeys } from './keys'
 import { DEFAULT_TENANT, checkPrincipal } from './principal'
-import type { AuthFailure, AuthResult, Authenticator } from './stage'
+import { type AuthFailure, type AuthResult, type Authenticator, isFailure } from './stage'
 import { TokenCache } from './token-cache'
 
 // RFC 6750 §2.1: the scheme is case-insensitive (RFC 9110 §11.1); b64token is the token's alphabet.
@@ -73,7 +73,7 @@ export class JwtAuthenticator implements Authenticator {
       return rejection(err, token)
     }
     const principal = this.principalOf(payload)
-    if (!('failed' in principal)) this.cache.set(token, principal, payload.exp)
+    if (!isFailure(principal)) this.cache.set(token, principal, payload.exp)
     return principal
   }
 

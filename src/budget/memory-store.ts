@@ -51,10 +51,6 @@ class ExpiryQueue {
       this.head = 0
     }
   }
-
-  get size(): number {
-    return this.items.length - this.head
-  }
 }
 
 /**

@@ -69,17 +69,13 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const pool = config.features.postgresStorage && config.postgres !== null ? await openPostgres(config, log, closers) : null
 
   const writers: AuditWriter[] = []
+  const queueing = { maxQueueEntries: config.audit.maxQueueEntries, onDropped: (n: number, name: string) => metrics.auditDropped.labels(name).inc(n) }
   if (config.audit.output !== null) {
-    const sink = await JsonlAuditSink.open(config.audit.output)
-    writers.push(new AuditWriter(sink, log, {
-      maxQueueEntries: config.audit.maxQueueEntries,
-      onDropped: (n, name) => metrics.auditDropped.labels(name).inc(n),
-    }))
+    writers.push(new AuditWriter(await JsonlAuditSink.open(config.audit.output), log, queueing))
   }
   if (pool !== null) {
     const pgWriter = new AuditWriter(new PostgresAuditSink(pool), log, {
-      maxQueueEntries: config.audit.maxQueueEntries,
-      onDropped: (n, name) => metrics.auditDropped.labels(name).inc(n),
+      ...queueing,
       spill: new AuditSpill(config.audit.spillFile),
       onSpilled: (n, name) => metrics.auditSpilled.labels(name).inc(n),
       onRejected: (n, name) => metrics.auditRejected.labels(name).inc(n),
