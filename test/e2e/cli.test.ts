@@ -102,9 +102,14 @@ interface Served {
   exited: Promise<number | null>
 }
 
+/** Every `serve` child still running; a test that fails before it stops its child leaves it here for afterEach. */
+const running = new Set<ChildProcessWithoutNullStreams>()
+
 /** Spawns `serve` and resolves once it logged its listening address (port 0 → the real port). */
 async function serve(configFile: string): Promise<Served> {
   const child = spawn(process.execPath, [MAIN, 'serve', '--config', configFile], { cwd: ROOT })
+  running.add(child)
+  child.on('exit', () => running.delete(child))
   let err = ''
   let out = ''
   child.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')))
@@ -131,6 +136,7 @@ async function until(condition: () => boolean, what: string): Promise<void> {
 describe('wardline serve', () => {
   let upstream: RawUpstream | null = null
   afterEach(async () => {
+    for (const child of running) child.kill('SIGKILL') // an orphan would keep jest from exiting
     await upstream?.close()
     upstream = null
   })

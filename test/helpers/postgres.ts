@@ -1,7 +1,7 @@
 import { type ChildProcess, fork } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
-import { Client, Pool } from 'pg'
+import { Client, Pool, type PoolConfig } from 'pg'
 
 /**
  * Real Postgres for tests. Where the server comes from, in order:
@@ -84,12 +84,24 @@ export async function freshDatabase(prefix = 'wardline_test'): Promise<TestDatab
   }
 }
 
-/** A fresh database with a pool on it (errors heard, so a test that stops the server cannot crash jest). */
+/**
+ * A pool for a test, with `error` heard as src/postgres/pool.ts hears it: on the pool (idle
+ * connections) and on every connection (one checked out between two queries). pg emits `error`
+ * when the server ends a connection (a restart, pg_terminate_backend, a test that stops its
+ * server); unheard, it is thrown and fails whichever test is running. Every test pool comes from here.
+ */
+export function testPool(url: string, max: number, options: PoolConfig = {}): Pool {
+  const pool = new Pool({ connectionString: url, max, ...options })
+  const ignore = (): void => undefined
+  pool.on('error', ignore)
+  pool.on('connect', (client) => client.on('error', ignore))
+  return pool
+}
+
+/** A fresh database with a pool on it. */
 export async function openTestDatabase(max: number): Promise<{ db: TestDatabase; pool: Pool }> {
   const db = await freshDatabase()
-  const pool = new Pool({ connectionString: db.url, max })
-  pool.on('error', () => undefined)
-  return { db, pool }
+  return { db, pool: testPool(db.url, max) }
 }
 
 export async function closeTestDatabase(opened: { db?: TestDatabase; pool?: Pool }): Promise<void> {

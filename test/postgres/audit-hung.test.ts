@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import { DEFAULT_RETRY_BOUND_MS } from '../../src/audit/writer'
 import { MCP_HEADERS, as, type Harness, readJsonl, startHarness, tempDir, toolCall } from '../helpers/harness'
 import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'

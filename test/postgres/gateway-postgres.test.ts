@@ -1,4 +1,4 @@
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import { identityKey } from '../../src/budget/keys'
 import { describeError } from '../../src/errors'
 import { silentLogger } from '../../src/log'

@@ -1,4 +1,4 @@
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import { identityKey } from '../../src/budget/keys'
 import { PostgresBudgetStore } from '../../src/budget/postgres-store'
 import { silentLogger } from '../../src/log'
@@ -6,18 +6,14 @@ import { migrate } from '../../src/postgres/migrate'
 import { MIGRATIONS } from '../../src/postgres/migrations'
 import { BudgetReaper } from '../../src/postgres/reaper'
 import { bucket } from '../budget/store-contract'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 
 let db: TestDatabase
 let pools: Pool[]
 
 beforeAll(async () => {
   db = await freshDatabase()
-  pools = Array.from({ length: 5 }, () => {
-    const p = new Pool({ connectionString: db.url, max: 3 })
-    p.on('error', () => undefined)
-    return p
-  })
+  pools = Array.from({ length: 5 }, () => testPool(db.url, 3))
 })
 
 afterAll(async () => {

@@ -2,21 +2,21 @@ import { appendFileSync, existsSync, readFileSync, rmSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import type { AuditEntry } from '../../src/audit/entry'
 import { PostgresAuditSink } from '../../src/audit/postgres-sink'
 import { AuditSpill } from '../../src/audit/spill'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { tempDir } from '../helpers/harness'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 
 let db: TestDatabase
 let pool: Pool
 
 beforeAll(async () => {
   db = await freshDatabase()
-  pool = new Pool({ connectionString: db.url, max: 2 })
+  pool = testPool(db.url, 2)
   await migrate(pool, silentLogger())
 })
 
@@ -107,8 +107,7 @@ test('a replay moves lines the database refuses on their own to the quarantine f
 
 test('a replay stops, keeping the file, when the database is down rather than quarantining entries', async () => {
   const spill = new AuditSpill(join(tempDir(), 'spill.jsonl'))
-  const down = new Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', connectionTimeoutMillis: 500 })
-  down.on('error', () => undefined)
+  const down = testPool('postgres://postgres@127.0.0.1:1/none', 1, { connectionTimeoutMillis: 500 })
   try {
     const sink = new PostgresAuditSink(down)
     spill.append([entry('x-1'), entry('x-2')])

@@ -1,11 +1,11 @@
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import { identityKey, tenantKey, toolKey } from '../../src/budget/keys'
 import { PostgresBudgetStore, REFUND_SQL } from '../../src/budget/postgres-store'
 import type { BucketCharge } from '../../src/budget/store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { budgetStoreContract, bucket } from '../budget/store-contract'
-import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
+import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 
 let db: TestDatabase
@@ -36,7 +36,7 @@ describe('PostgresBudgetStore', () => {
 
   test('a check with tool, tenant and identity buckets is one round trip to the database', async () => {
     const proxy = await PostgresProxy.start(db.url)
-    const viaProxy = new Pool({ connectionString: proxy.urlFor(db.url), max: 1 })
+    const viaProxy = testPool(proxy.urlFor(db.url), 1)
     try {
       const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 5000 })
       const charges = [bucket(toolKey('search'), 100), bucket(tenantKey('acme'), 100), bucket(identityKey('acme', 'alice'), 100)]
@@ -132,8 +132,7 @@ describe('PostgresBudgetStore', () => {
 
   test('a hung network fails the check at its deadline and the late statement never charges', async () => {
     const proxy = await PostgresProxy.start(db.url)
-    const viaProxy = new Pool({ connectionString: proxy.urlFor(db.url), max: 2 })
-    viaProxy.on('error', () => undefined)
+    const viaProxy = testPool(proxy.urlFor(db.url), 2)
     try {
       const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 250 })
       const alice = bucket(identityKey('acme', 'alice'), 10)
@@ -154,8 +153,7 @@ describe('PostgresBudgetStore', () => {
 
   test('an unreachable database rejects the check instead of hanging', async () => {
     const proxy = await PostgresProxy.start(db.url)
-    const viaProxy = new Pool({ connectionString: proxy.urlFor(db.url), max: 2 })
-    viaProxy.on('error', () => undefined)
+    const viaProxy = testPool(proxy.urlFor(db.url), 2)
     try {
       const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 1000 })
       proxy.refuse()

@@ -1,4 +1,4 @@
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import { MCP_HEADERS, as, type Harness, startHarness, toolCall } from '../helpers/harness'
 import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'

@@ -2,11 +2,11 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
-import { Pool } from 'pg'
+import type { Pool } from 'pg'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { MIGRATIONS } from '../../src/postgres/migrations'
 import { MCP_HEADERS, as, tempDir, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase } from '../helpers/postgres'
+import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 
 interface Replica {
   readonly child: ChildProcess
@@ -18,7 +18,10 @@ async function startReplica(configFile: string): Promise<Replica> {
   const child = spawn(process.execPath, [join(__dirname, '..', 'helpers', 'gateway-process.js'), configFile], { stdio: ['ignore', 'ignore', 'pipe'] })
   let log = ''
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`replica did not start: ${log}`)), 20_000)
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+      reject(new Error(`replica did not start: ${log}`))
+    }, 20_000)
     child.stderr?.on('data', (chunk: Buffer) => {
       log += chunk.toString()
       const m = /"listen":"([^"]+)"[^\n]*"message":"wardline listening"|"message":"wardline listening"[^\n]*"listen":"([^"]+)"/.exec(log)
@@ -41,6 +44,18 @@ async function stop(replica: Replica): Promise<number | null> {
   return exited
 }
 
+/** Starts one replica per file; if any fails, stops the others (an orphan would keep jest from exiting). */
+async function startAll(files: readonly string[]): Promise<Replica[]> {
+  const results = await Promise.allSettled(files.map((file) => startReplica(file)))
+  const started = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []))
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
+  if (failed) {
+    await Promise.all(started.map(stop))
+    throw failed.reason
+  }
+  return started
+}
+
 let db: TestDatabase
 let upstream: ExampleServer
 let pool: Pool
@@ -48,8 +63,7 @@ let pool: Pool
 beforeAll(async () => {
   db = await freshDatabase()
   upstream = await startExampleServer({ mode: 'stateless-json' })
-  pool = new Pool({ connectionString: db.url, max: 2 })
-  pool.on('error', () => undefined)
+  pool = testPool(db.url, 2)
 })
 
 afterAll(async () => {
@@ -76,7 +90,7 @@ test('two gateway processes on one database admit exactly the shared limit in to
     files.push(file)
   }
   // Started at the same moment: both run the migrations; the advisory lock lets one do it.
-  const started = await Promise.all(files.map((file) => startReplica(file)))
+  const started = await startAll(files)
   let exitCodes: Array<number | null> = []
   try {
     const statuses = await Promise.all(Array.from({ length: 100 }, async (_, i) => {
