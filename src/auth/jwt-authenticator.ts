@@ -18,6 +18,15 @@ const MALFORMED_HEADER: AuthFailure = { failed: true, reason: 'malformed Authori
 // Node keeps the first of two Authorization headers and drops the second; a proxy in front may keep
 // the other one. Which caller is meant is ambiguous, so neither is.
 const REPEATED_HEADER: AuthFailure = { failed: true, reason: 'more than one Authorization header', bearerError: 'invalid_request' }
+/**
+ * RFC 6750 §2.3 tokens in the query are not accepted (the MCP authorization spec forbids them), and
+ * such a request is refused rather than forwarded: the query goes upstream and into access logs.
+ */
+const QUERY_TOKEN: AuthFailure = {
+  failed: true,
+  reason: 'access token in the URL query: send it in the Authorization header',
+  bearerError: 'invalid_request',
+}
 
 /**
  * `auth.mode: jwt`: the caller is whoever the bearer token says, once its signature, algorithm,
@@ -45,10 +54,19 @@ export class JwtAuthenticator implements Authenticator {
   static async open(config: JwtConfig, log: Logger, now: () => number = Date.now): Promise<JwtAuthenticator> {
     const keys = await loadKeys(config, log)
     log.info('verifying bearer tokens', { keys: keys.description, issuer: config.issuer, audience: config.audience, cache_entries: config.cacheEntries })
+    // An identity provider's keys sign tokens for every application it serves: without an audience
+    // (and an issuer, for a shared JWKS) this gateway accepts tokens minted for someone else.
+    if (config.secret === null && (config.audience.length === 0 || config.issuer === null)) {
+      log.warn('auth.jwt has no audience or no issuer: any token these keys signed is accepted, including tokens issued for other applications; set both', {
+        issuer: config.issuer,
+        audience: config.audience,
+      })
+    }
     return new JwtAuthenticator(config, keys, new TokenCache(config.cacheEntries, now), now)
   }
 
   authenticate(ex: Exchange): AuthResult | Promise<AuthResult> {
+    if (hasQueryToken(ex.req.url)) return QUERY_TOKEN
     const header = ex.req.headers.authorization
     if (header === undefined || header === '') return MISSING
     if (authorizationCount(ex.req.rawHeaders) > 1) return REPEATED_HEADER
@@ -100,6 +118,12 @@ export class JwtAuthenticator implements Authenticator {
     this.keys.close()
     this.cache.clear()
   }
+}
+
+function hasQueryToken(url: string | undefined): boolean {
+  const q = url === undefined ? -1 : url.indexOf('?')
+  if (q < 0 || !(url as string).includes('access_token', q)) return false
+  return new URLSearchParams((url as string).slice(q + 1)).has('access_token')
 }
 
 function invalid(reason: string, detail?: string): AuthFailure {

@@ -87,23 +87,44 @@ function jwksFileKeys(path: string): VerificationKeys {
 
 /**
  * A remote JWKS, kept fresh in the background so that no request waits on the identity provider once
- * the keys are known. jose refetches by itself when a token names an unknown kid (key rotation), at
- * most once per cooldown. If a refresh fails, the keys already known stay in use. Only when no key was
- * ever fetched, or an unknown kid needs a refetch, does a request wait, and never longer than the
- * fetch timeout.
+ * the keys are known. A token naming an unknown kid (a key rotation), or any token while no key was
+ * ever fetched, triggers a fetch that the request waits for (never longer than the fetch timeout).
+ * Fetches are spaced by the cooldown counted from the last attempt, successful or not: jose's own
+ * cooldown starts only at a success, so while the provider fails, every made-up kid would fetch.
+ * If a fetch fails, the keys already known stay in use.
  */
 async function remoteKeys(config: JwtConfig, log: Logger): Promise<VerificationKeys> {
   const url = config.jwksUrl as string
   const timeoutMs = Math.ceil(config.jwksTimeoutSeconds * 1000)
-  const remote = createRemoteJWKSet(new URL(url), {
-    timeoutDuration: timeoutMs,
-    cooldownDuration: config.jwksCooldownSeconds * 1000,
-    // Freshness is ours (the timer below), so a slow or dead provider never sits on the request path.
-    cacheMaxAge: Number.POSITIVE_INFINITY,
-  })
+  const cooldownMs = config.jwksCooldownSeconds * 1000
+  // jose fetches (bounded, deduplicated, validated); when to fetch is decided here.
+  const remote = createRemoteJWKSet(new URL(url), { timeoutDuration: timeoutMs, cacheMaxAge: Number.POSITIVE_INFINITY })
+  let known: JWTVerifyGetKey | null = null
+  let lastAttemptAt = Number.NEGATIVE_INFINITY
+  let lastError: unknown = null
+  let pending: Promise<void> | null = null
+  const fetchKeys = (): Promise<void> => {
+    pending ??= (async () => {
+      lastAttemptAt = performance.now()
+      try {
+        await remote.reload()
+        known = createLocalJWKSet(remote.jwks() as { keys: JWK[] })
+        lastError = null
+      } catch (err) {
+        lastError = err
+        throw err
+      } finally {
+        pending = null
+      }
+    })()
+    return pending
+  }
+  const unavailable = (err: unknown): WardlineError =>
+    new WardlineError('WL_AUTH_KEYS_UNAVAILABLE', `JWKS ${fetchProblem(err, config.jwksTimeoutSeconds)}`, { cause: err })
+
   const warnings = new RateLimitedLog(log)
   const refresh = (): Promise<void> =>
-    remote.reload().catch((err: unknown) => {
+    fetchKeys().catch((err: unknown) => {
       warnings.warn('jwks', 'cannot refresh the JWKS; verifying with the keys already known', { jwks_url: url, error: fetchProblem(err, config.jwksTimeoutSeconds) })
     })
   await refresh()
@@ -111,12 +132,25 @@ async function remoteKeys(config: JwtConfig, log: Logger): Promise<VerificationK
   timer.unref()
 
   const key: JWTVerifyGetKey = async (header, token) => {
-    try {
-      return await remote(header, token)
-    } catch (err) {
-      if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWKSMultipleMatchingKeys) throw err
-      throw new WardlineError('WL_AUTH_KEYS_UNAVAILABLE', `JWKS ${fetchProblem(err, config.jwksTimeoutSeconds)}`, { cause: err })
+    let missing: unknown = null
+    if (known !== null) {
+      try {
+        return await known(header, token)
+      } catch (err) {
+        if (!(err instanceof errors.JWKSNoMatchingKey)) throw err
+        missing = err
+      }
     }
+    // Joining a fetch in flight costs the provider nothing; starting one waits for the cooldown.
+    if (pending === null && performance.now() - lastAttemptAt < cooldownMs) {
+      throw missing !== null && lastError === null ? missing : unavailable(lastError)
+    }
+    try {
+      await fetchKeys()
+    } catch (err) {
+      throw unavailable(err)
+    }
+    return (known as JWTVerifyGetKey)(header, token)
   }
   return { key, description: `JWKS ${url}`, close: () => clearInterval(timer) }
 }

@@ -47,9 +47,16 @@ export function authStage(authenticator: Authenticator, config: AuthConfig): Sta
   }
 }
 
+/** RFC 6750 §3: error_description is printable ASCII without `"` and `\\` (a claim name may be anything). */
+const NOT_DESCRIPTION_CHAR = /[^\x20\x21\x23-\x5b\x5d-\x7e]/g
+
+function describe(reason: string): string {
+  return reason.replace(/"/g, "'").replace(NOT_DESCRIPTION_CHAR, '?')
+}
+
 function unauthorized(failure: AuthFailure, challenge: string): Refusal {
   const header = failure.bearerError
-    ? `${challenge}, error="${failure.bearerError}", error_description="${failure.reason.replace(/["\\]/g, '')}"`
+    ? `${challenge}, error="${failure.bearerError}", error_description="${describe(failure.reason)}"`
     : challenge
   return {
     status: 401,

@@ -1,6 +1,7 @@
 import { SignJWT } from 'jose'
 import { loadConfig } from '../config/load'
 import type { Config } from '../config/types'
+import { checkPrincipal } from '../auth/principal'
 import { WardlineError } from '../errors'
 
 export interface TokenRequest {
@@ -36,6 +37,14 @@ export async function mintToken(config: Config, request: TokenRequest, now: () =
     if (request.claims !== undefined && Object.hasOwn(request.claims, reserved)) {
       throw new WardlineError('WL_CONFIG_INVALID', `--claim ${reserved}: set by wardline token itself (use --sub, --tenant or --ttl)`)
     }
+  }
+  // A token the gateway would refuse whatever happens is an error here, not a puzzle at the first request.
+  const badSub = checkPrincipal('identity', request.sub)
+  if (badSub !== null) throw new WardlineError('WL_CONFIG_INVALID', `--sub: ${badSub}`)
+  const badTenant = request.tenant === undefined ? null : checkPrincipal('tenant', request.tenant)
+  if (badTenant !== null) throw new WardlineError('WL_CONFIG_INVALID', `--tenant: ${badTenant}`)
+  if (request.tenant === undefined && jwt.requireTenant) {
+    throw new WardlineError('WL_CONFIG_INVALID', '--tenant is required: this gateway has auth.jwt.require_tenant: true and refuses tokens without a tenant')
   }
   const issuedAt = Math.floor(now() / 1000)
   const payload: Record<string, unknown> = { ...request.claims, [jwt.identityClaim]: request.sub }

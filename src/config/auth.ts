@@ -11,8 +11,11 @@ const MIN_SECRET_BYTES = 32
 export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => string): AuthConfig {
   const o = r.object(value, 'auth', ['mode', 'jwt', 'resource_metadata_url', 'resource_metadata'])
   const mode = r.oneOf(o.mode, 'auth.mode', ['jwt', 'header'] as const, 'jwt')
-  const resourceMetadataUrl = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
-  if (resourceMetadataUrl !== null) checkUrl(r, resourceMetadataUrl, 'auth.resource_metadata_url', ['http:', 'https:'])
+  const given = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
+  if (given !== null) checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])
+  // Serialized by the URL parser: a `"` or a space is percent-encoded, so the value cannot end the
+  // quoted string it goes into in WWW-Authenticate.
+  const resourceMetadataUrl = given === null ? null : canonicalUrl(given)
   const resourceMetadata = readResourceMetadata(r, o.resource_metadata)
   if (mode === 'header') {
     if (o.jwt !== undefined) r.note('auth.jwt', 'is only used with auth.mode: jwt')
@@ -65,8 +68,9 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
     clockToleranceSeconds: r.int(o.clock_tolerance_seconds, 'auth.jwt.clock_tolerance_seconds', 30, 0, 3600),
     jwksTimeoutSeconds: r.number(o.jwks_timeout_seconds, 'auth.jwt.jwks_timeout_seconds', 5, 0, 60, true),
     jwksCacheSeconds: r.int(o.jwks_cache_seconds, 'auth.jwt.jwks_cache_seconds', 600, 1, 86_400),
-    // An unknown kid refetches the JWKS (key rotation), at most once per cooldown, so a flood of
-    // tokens with made-up kids cannot turn into a flood of requests to the identity provider.
+    // A request may refetch the JWKS (an unknown kid, or no keys yet) only once the last attempt,
+    // successful or not, is this old: made-up kids cannot turn into a flood of requests to the
+    // identity provider, even while it fails (auth/keys.ts).
     jwksCooldownSeconds: r.int(o.jwks_cooldown_seconds, 'auth.jwt.jwks_cooldown_seconds', 30, 0, 3600),
     cacheEntries: r.int(o.cache_entries, 'auth.jwt.cache_entries', 10_000, 0, 1_000_000),
   }
@@ -91,6 +95,14 @@ function readStringOrList(r: Reader, value: unknown, path: string): string[] {
     const s = r.string(item, join(path, i), '', { nonEmpty: true })
     return s ? [s] : []
   })
+}
+
+function canonicalUrl(value: string): string {
+  try {
+    return new URL(value).href
+  } catch {
+    return value // already reported by checkUrl
+  }
 }
 
 export function checkUrl(r: Reader, value: string, path: string, protocols: readonly string[]): void {

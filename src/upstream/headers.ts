@@ -41,6 +41,9 @@ export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingH
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i].toLowerCase()
     if (DROPPED_REQUEST.has(name) || (named !== null && named.has(name))) continue
+    // CGI-style upstreams read X_Wardline_Identity as X-Wardline-Identity: an underscore copy of a
+    // dropped header would smuggle a forged identity past the gateway (nginx refuses such headers too).
+    if (name.includes('_') && DROPPED_REQUEST.has(name.replace(/_/g, '-'))) continue
     out.push(raw[i], raw[i + 1])
   }
   return out

@@ -38,13 +38,19 @@ export interface JwksServer {
   readonly url: string
   keys: JWK[]
   fetches: number
+  /** When true, every fetch gets a 503 (an identity provider in trouble). */
+  failing: boolean
   close(): Promise<void>
 }
 
 export async function startJwksServer(keys: JWK[]): Promise<JwksServer> {
-  const state = { keys, fetches: 0 }
+  const state = { keys, fetches: 0, failing: false }
   const server: Server = createServer((_req, res) => {
     state.fetches++
+    if (state.failing) {
+      res.writeHead(503).end()
+      return
+    }
     res.writeHead(200, { 'content-type': 'application/jwk-set+json' })
     res.end(JSON.stringify({ keys: state.keys }))
   })

@@ -63,11 +63,32 @@ describe('a remote JWKS', () => {
     expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
   })
 
+  test('while the provider fails, made-up kids cost it one fetch per cooldown, not one per request', async () => {
+    const k1 = await rsaKey('k1')
+    jwks = await startJwksServer([k1.jwk])
+    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 1 } } } })
+    jwks.failing = true
+    await new Promise((resolve) => setTimeout(resolve, 1_100)) // past the cooldown of the startup fetch
+    const strangers = await Promise.all(Array.from({ length: 20 }, async (_, i) => signWith(await rsaKey(`made-up-${i}`), { ...CLAIMS, exp: hour() })))
+    const answers = await Promise.all(strangers.map((t) => listTools(h, t)))
+    expect(answers.every((a) => a.status === 401)).toBe(true)
+    expect(jwks.fetches).toBe(2) // the startup fetch, then one failed attempt shared by all twenty
+    for (const t of strangers) expect((await listTools(h, t)).message).toBe('Unauthorized: signing keys unavailable')
+    expect(jwks.fetches).toBe(2) // a failed attempt starts the cooldown too
+    expect((await h.audit()).at(-1)?.reason).toMatch(/^signing keys unavailable \(WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch failed: Expected 200 OK/)
+    expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 }) // known keys still work
+
+    await new Promise((resolve) => setTimeout(resolve, 1_100))
+    jwks.failing = false
+    expect((await listTools(h, strangers[0])).message).toBe('Unauthorized: no known signing key matches the token')
+    expect(jwks.fetches).toBe(3) // after the cooldown, one new attempt
+  })
+
   test('a provider that never answers costs a request no more than jwks_timeout_seconds, and the gateway stays up', async () => {
     const silent = await startSilentServer()
     try {
       const started = performance.now()
-      h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3 } } } })
+      h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3, jwks_cooldown_seconds: 0 } } } })
       expect(performance.now() - started).toBeLessThan(2_000) // the startup fetch is bounded too
       const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
       for (let i = 0; i < 2; i++) {
@@ -79,6 +100,21 @@ describe('a remote JWKS', () => {
       }
       expect((await h.audit()).at(-1)?.reason).toBe('signing keys unavailable (WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch timed out after 0.3s)')
       expect((await fetch(`${h.url}/healthz`)).status).toBe(200)
+    } finally {
+      await h?.close()
+      await silent.close()
+    }
+  })
+
+  test('within the cooldown after a failed fetch, a request is answered at once instead of waiting on a hung provider', async () => {
+    const silent = await startSilentServer()
+    try {
+      h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3 } } } })
+      const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
+      const t0 = performance.now()
+      expect(await listTools(h, token)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
+      expect(performance.now() - t0).toBeLessThan(250)
+      expect((await h.audit()).at(-1)?.reason).toBe('signing keys unavailable (WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch timed out after 0.3s)')
     } finally {
       await h?.close()
       await silent.close()

@@ -155,11 +155,30 @@ describe('JWT verification with a PEM public key', () => {
   })
 })
 
+function warnings(): { lines: string[]; log: winston.Logger } {
+  const lines: string[] = []
+  const sink = new Writable({ write(chunk, _enc, done) { lines.push(String(chunk)); done() } })
+  return { lines, log: winston.createLogger({ level: 'warn', format: winston.format.json(), transports: [new winston.transports.Stream({ stream: sink })] }) }
+}
+
+test('asymmetric keys without an audience or an issuer start with a warning that foreign tokens are accepted', async () => {
+  const dir = tempDir()
+  const { publicKey } = await generateKeyPair('RS256')
+  writeFileSync(join(dir, 'public.pem'), await exportSPKI(publicKey))
+  const { lines, log } = warnings()
+  const both = { public_key_file: 'public.pem', algorithms: ['RS256'], issuer: 'https://idp.example', audience: 'wardline' }
+  ;(await JwtAuthenticator.open(jwtConfig(both, dir), log)).close()
+  expect(lines).toEqual([])
+  for (const jwt of [{ ...both, audience: undefined }, { ...both, issuer: undefined }]) {
+    ;(await JwtAuthenticator.open(jwtConfig(jwt, dir), log)).close()
+    expect(lines).toHaveLength(1)
+    expect(JSON.parse(lines.pop() as string)).toMatchObject({ level: 'warn', message: expect.stringContaining('tokens issued for other applications') })
+  }
+})
+
 describe('the development secret', () => {
   test('starting with the documented development secret logs a warning; another secret does not', async () => {
-    const lines: string[] = []
-    const sink = new Writable({ write(chunk, _enc, done) { lines.push(String(chunk)); done() } })
-    const log = winston.createLogger({ level: 'warn', format: winston.format.json(), transports: [new winston.transports.Stream({ stream: sink })] })
+    const { lines, log } = warnings()
     await JwtAuthenticator.open(jwtConfig({ secret: SECRET }), log)
     expect(lines).toEqual([])
     await JwtAuthenticator.open(jwtConfig({ secret: DEVELOPMENT_SECRET }), log)

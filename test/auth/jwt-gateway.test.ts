@@ -79,6 +79,9 @@ describe('jwt mode through the gateway', () => {
       [await hs({ ...GOOD, aud: 'another-api', exp: hour() }), 'wrong token audience'],
       [await hs({ ...GOOD, sub: undefined, exp: hour() }), 'token has no "sub" claim'],
       [await hs({ ...GOOD, sub: { id: 1 } as unknown as string, exp: hour() }), 'token claim "sub" is not a string'],
+      // A lone surrogate has no UTF-8 form: it could become neither a header nor a budget key.
+      [await hs({ ...GOOD, sub: 'alice\ud800', exp: hour() }), 'token identity is not well-formed Unicode'],
+      [await hs({ ...GOOD, tenant: '\udfff', exp: hour() }), 'token tenant is not well-formed Unicode'],
       ['garbage', 'malformed token'],
     ]
     const before = h.upstream.seen.length
@@ -86,7 +89,7 @@ describe('jwt mode through the gateway', () => {
       const res = await post(h, rpc('tools/list', {}, 3), bearer(token))
       const text = await res.text()
       expect([res.status, JSON.parse(text)]).toEqual([401, { jsonrpc: '2.0', id: null, error: { code: 401, message: `Unauthorized: ${reason}` } }])
-      expect(res.headers.get('www-authenticate')).toBe(`Bearer realm="wardline", error="invalid_token", error_description="${reason.replace(/"/g, '')}"`)
+      expect(res.headers.get('www-authenticate')).toBe(`Bearer realm="wardline", error="invalid_token", error_description="${reason.replace(/"/g, "'")}"`)
       expect(text).not.toContain(token)
     }
     expect(h.upstream.seen.length).toBe(before)
@@ -99,9 +102,19 @@ describe('jwt mode through the gateway', () => {
 
   test('the token is read from the Authorization header only, never from the query string or another scheme', async () => {
     const token = await hs({ ...GOOD, exp: hour() })
-    const query = await post(h, rpc('tools/list'), {}, `/mcp?access_token=${token}`)
-    expect(query.status).toBe(401)
-    expect(((await query.json()) as RpcError).error.message).toBe('Unauthorized: missing bearer token')
+    const before = h.upstream.seen.length
+    // Refused even beside a valid header: forwarded, the query would hand the token to the upstream.
+    for (const headers of [{}, bearer(token)]) {
+      const query = await post(h, rpc('tools/list'), headers, `/mcp?x=1&access_token=${token}`)
+      expect(query.status).toBe(401)
+      expect(query.headers.get('www-authenticate')).toContain('error="invalid_request"')
+      const text = await query.text()
+      expect((JSON.parse(text) as RpcError).error.message).toBe('Unauthorized: access token in the URL query: send it in the Authorization header')
+      expect(text).not.toContain(token)
+    }
+    expect(h.upstream.seen.length).toBe(before)
+    expect((await h.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', reason: 'access token in the URL query: send it in the Authorization header' })
+    expect((await post(h, rpc('tools/list'), bearer(token), '/mcp?not_access_token=1')).status).toBe(200)
     const basic = await post(h, rpc('tools/list'), { authorization: `Basic ${Buffer.from('alice:pw').toString('base64')}` })
     expect([basic.status, basic.headers.get('www-authenticate')]).toEqual([401, 'Bearer realm="wardline"'])
     const empty = await post(h, rpc('tools/list'), { authorization: 'Bearer ' })
@@ -115,6 +128,8 @@ describe('jwt mode through the gateway', () => {
     const before = h.upstream.seen.length
     const res = await post(h, toolCall('whoami', {}, 9), {
       ...bearer(token), 'x-wardline-identity': 'mallory', 'x-wardline-tenant': 'evil-corp',
+      // CGI-style servers read these as the same headers: dropped too.
+      x_wardline_identity: 'mallory', X_Wardline_Tenant: 'evil-corp',
     })
     expect(res.status).toBe(200)
     const body = (await res.json()) as { result: { content: Array<{ text: string }> } }
@@ -122,6 +137,7 @@ describe('jwt mode through the gateway', () => {
     const reached = h.upstream.seen.slice(before)
     expect(reached).toHaveLength(1)
     expect(reached[0].headers.authorization).toBeUndefined()
+    expect(Object.keys(reached[0].headers).filter((name) => /wardline|authorization/.test(name)).sort()).toEqual(['x-wardline-identity', 'x-wardline-request-id', 'x-wardline-tenant'])
     expect(reached[0].headers['x-wardline-identity']).toBe('alice')
     expect(reached[0].headers['x-wardline-tenant']).toBe('acme')
     expect((await h.audit()).at(-1)).toMatchObject({ method: 'tools/call', tool: 'whoami', decision: 'allow', identity: 'alice', tenant: 'acme' })
@@ -192,6 +208,23 @@ describe('OAuth protected resource metadata (RFC 9728)', () => {
     expect(expired.headers.get('www-authenticate')).toBe(
       'Bearer realm="wardline", resource_metadata="https://mcp.example/.well-known/oauth-protected-resource/mcp", error="invalid_token", error_description="token expired"',
     )
+  })
+
+  test('the challenge stays one valid header whatever the config holds: a quote in the URL, a claim name outside ASCII', async () => {
+    const odd = await startHarness({
+      mode: 'stateless-json',
+      config: { auth: { ...JWT, jwt: { ...JWT.jwt, identity_claim: 'ユーザー' }, resource_metadata_url: 'https://mcp.example/x", error="evil' } },
+    })
+    try {
+      const res = await post(odd, rpc('tools/list'), bearer(await hs({ ...GOOD, exp: hour() })))
+      expect(res.status).toBe(401)
+      expect(res.headers.get('www-authenticate')).toBe(
+        'Bearer realm="wardline", resource_metadata="https://mcp.example/x%22,%20error=%22evil", error="invalid_token", error_description="token has no \'????\' claim"',
+      )
+      expect((await odd.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', status: 401, reason: 'token has no "ユーザー" claim' })
+    } finally {
+      await odd.close()
+    }
   })
 
   test('the gateway serves the metadata at the root and at the MCP path, without a token and without auditing it', async () => {

@@ -53,6 +53,16 @@ describe('minting a token', () => {
     await expect(mintToken(header, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow('auth.mode is header: this gateway reads X-Wardline-Identity and accepts no tokens')
   })
 
+  test('an identity or tenant the gateway would refuse, or a missing tenant it requires, is an error, not a useless token', async () => {
+    const config = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt: { secret: SECRET } } })
+    await expect(mintToken(config, { sub: '', ttlSeconds: 60 })).rejects.toThrow('--sub: identity is empty')
+    await expect(mintToken(config, { sub: 'a\u0001b', ttlSeconds: 60 })).rejects.toThrow('--sub: identity contains control characters')
+    await expect(mintToken(config, { sub: 'alice', tenant: '', ttlSeconds: 60 })).rejects.toThrow('--tenant: tenant is empty')
+    const strict = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt: { secret: SECRET, require_tenant: true } } })
+    await expect(mintToken(strict, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow('--tenant is required: this gateway has auth.jwt.require_tenant: true')
+    expect(await accepted(strict, await mintToken(strict, { sub: 'alice', tenant: 'acme', ttlSeconds: 60 }))).toEqual({ identity: 'alice', tenant: 'acme' })
+  })
+
   test('--ttl takes s, m, h, d or bare seconds, between 1 s and 365 d', () => {
     expect(['90s', '30m', '1h', '7d', '45'].map(parseTtl)).toEqual([90, 1800, 3600, 604_800, 45])
     for (const bad of ['0', '1y', '-5', '366d', 'soon', '']) expect(() => parseTtl(bad)).toThrow(/must be like 90s, 30m, 1h or 7d/)
