@@ -132,7 +132,8 @@ function charge(b: ListedBucket, cost: number): Charge {
 function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
   const by = result.buckets[result.refusedBy]
   const cost = charges[result.refusedBy].cost
-  const retryAfter = wholeSeconds(by.resetSeconds)
+  // A batch that can never fit gets a whole window, not the rest of this one: retrying sooner cannot help.
+  const retryAfter = wholeSeconds(cost > by.limit ? by.windowSeconds : by.resetSeconds)
   return {
     status: 429,
     decision: 'throttled',
@@ -155,18 +156,32 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
 
 /**
  * `RateLimit-Policy` and `RateLimit` as in draft-ietf-httpapi-ratelimit-headers: one item per bucket
- * that applies, named by its kind; q = limit, w = window, r = remaining, t = seconds to reset.
+ * that applies, named by its kind; q = limit, w = window, r = remaining, t = seconds to reset. Item
+ * names must be unique, so a batch calling several listed tools gets the tightest tool bucket only.
  */
 function rateLimitFields(buckets: readonly BucketState[], charges: readonly Charge[]): Record<string, string> {
+  const tool = tightestTool(buckets)
   let policy = ''
   let state = ''
   for (let i = 0; i < buckets.length; i++) {
     const b = buckets[i]
-    const sep = i === 0 ? '' : ', '
+    if (b.kind === 'tool' && i !== tool) continue
+    const sep = policy === '' ? '' : ', '
     policy += sep + charges[i].policyItem
     state += `${sep}"${b.kind}";r=${b.remaining};t=${wholeSeconds(b.resetSeconds)}`
   }
   return { 'ratelimit-policy': policy, ratelimit: state }
+}
+
+/** Index of the tool bucket with the fewest requests left (the sooner reset on a tie), or -1. */
+function tightestTool(buckets: readonly BucketState[]): number {
+  let best = -1
+  for (let i = 0; i < buckets.length; i++) {
+    const b = buckets[i]
+    if (b.kind !== 'tool') continue
+    if (best < 0 || b.remaining < buckets[best].remaining || (b.remaining === buckets[best].remaining && b.resetSeconds < buckets[best].resetSeconds)) best = i
+  }
+  return best
 }
 
 /** Whole seconds, rounded up and at least 1: a client that waits this long finds the window reset. */

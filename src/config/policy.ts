@@ -34,6 +34,12 @@ export function readPolicy(r: Reader, inline: unknown, file: unknown, resolvePat
     return readPolicyTree(r, inline, 'policy', 'inline')
   }
   if (file === undefined) return null
+  // `policy_file:` with nothing after it is a mistake, not a wish to run without a policy (which is
+  // what removing the key says): failing open on a blank line would allow every call.
+  if (file === null) {
+    r.note('policy_file', 'is empty: give the path of a policy file, or remove the key to run without a policy')
+    return null
+  }
   const name = r.string(file, 'policy_file', '', { nonEmpty: true })
   if (name === '') return null
   return readPolicyFile(r, resolvePath(name))

@@ -55,8 +55,10 @@ function classify(message: unknown): RpcCall | string {
     return gatedCall(id, method, p.name)
   }
   // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
-  // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name.
+  // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name. A
+  // list names nothing: whatever uri or name its caller adds is ignored upstream, so it is here too.
   if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '' }
+  if (method.endsWith('/list')) return gatedCall(id, method, '')
   const target = method.startsWith('resources/') ? p.uri : p.name
   return gatedCall(id, method, typeof target === 'string' ? target : '')
 }

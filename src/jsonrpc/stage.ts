@@ -15,6 +15,15 @@ function tooLarge(maxBodyBytes: number): Refusal {
   }
 }
 
+/** The charset parameter of a Content-Type, lower-cased, or null when there is none. */
+function charsetOf(contentType: string | undefined): string | null {
+  if (contentType === undefined || !contentType.includes('=')) return null
+  const m = CHARSET.exec(contentType)
+  return m === null ? null : (m[1] ?? m[2]).toLowerCase()
+}
+
+const CHARSET = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i
+
 /**
  * Reads the POST body (capped), parses it as JSON-RPC and records the calls on the Exchange. Other
  * methods carry no JSON-RPC and continue untouched.
@@ -29,6 +38,12 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
       if (encoding !== undefined && encoding !== 'identity') {
         // A compressed body cannot be inspected, and an uninspected body must not pass a gate.
         return { status: 415, decision: 'error', reason: `content-encoding ${encoding} is not supported`, message: 'Compressed request bodies are not supported' }
+      }
+      const charset = charsetOf(ex.req.headers['content-type'])
+      if (charset !== null && charset !== 'utf-8' && charset !== 'utf8') {
+        // The gateway judges the body as UTF-8; an upstream that honours another charset (UTF-7, say)
+        // would read other bytes, another tool name, than the one budget and policy judged.
+        return { status: 415, decision: 'error', reason: `content-type charset ${charset} is not supported`, message: 'Request bodies must be UTF-8' }
       }
       const read = await readBody(ex.req, maxBodyBytes)
       if (!read.ok) {

@@ -117,8 +117,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     clearTimeout(this.deadline)
     this.started = true
     const res = this.ex.res
-    const out = clientResponseHeaders(headers)
     const extra = this.ex.responseHeaders
+    const out = clientResponseHeaders(headers, extra)
     if (extra !== null) for (const name in extra) out.push(name, extra[name])
     out.push('x-wardline-request-id', this.ex.requestId)
     this.ex.status = statusCode

@@ -49,12 +49,16 @@ export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingH
   return out
 }
 
-/** Flat [name, value, …] list for writeHead from undici's parsed response headers. */
-export function clientResponseHeaders(headers: IncomingHttpHeaders): string[] {
+/**
+ * Flat [name, value, …] list for writeHead from undici's parsed response headers. Headers the gateway
+ * sets itself (`own`, lower-case names: its RateLimit fields) replace the upstream's: two RateLimit
+ * fields naming the same "identity" item would leave a client to guess which one binds.
+ */
+export function clientResponseHeaders(headers: IncomingHttpHeaders, own: Readonly<Record<string, string>> | null = null): string[] {
   const named = connectionTokens(headers.connection)
   const out: string[] = []
   for (const name in headers) {
-    if (DROPPED_RESPONSE.has(name) || (named !== null && named.has(name))) continue
+    if (DROPPED_RESPONSE.has(name) || (named !== null && named.has(name)) || (own !== null && name in own)) continue
     const value = headers[name]
     if (value === undefined) continue
     if (Array.isArray(value)) for (const v of value) out.push(name, v)

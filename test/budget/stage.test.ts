@@ -183,9 +183,11 @@ describe('batches', () => {
   })
 
   test('a batch calling a listed tool more often than its whole limit is refused as never admissible, charging nothing', async () => {
+    expect((await h.post(echo(0))).status).toBe(200) // opens the windows
+    h.advance(20)
     const res = await h.post([expensive(1), expensive(2), expensive(3)])
     expect(res.status).toBe(429)
-    expect(res.json.error.data.bucket).toBe('tool')
+    expect(res.json.error.data).toEqual({ bucket: 'tool', retry_after_seconds: 30 }) // a whole window: sooner cannot help
     expect(res.headers.get('retry-after')).toBe('30')
     expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=4;w=60')
     const entries = (await h.audit()).slice(-3)
@@ -193,6 +195,18 @@ describe('batches', () => {
     expect((await h.post(expensive(4))).status).toBe(200)
     expect((await h.post(expensive(5))).status).toBe(200) // both slots were still there
   })
+})
+
+test('a batch calling two listed tools names one "tool" item, the tightest, so every item name stays unique', async () => {
+  const tools = { expensive_tool: { requests_per_window: 2, window_seconds: 30 }, echo: { requests_per_window: 5, window_seconds: 60 } }
+  h = await startBudgetHarness({ budget: { requests_per_window: 10, window_seconds: 60, tools } })
+  const res = await h.post([echo(1), expensive(2)]) // echo: 4 left of 5, expensive_tool: 1 left of 2
+  expect(res.status).toBe(200)
+  expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "identity";q=10;w=60')
+  expect(res.headers.get('ratelimit')).toBe('"tool";r=1;t=30, "identity";r=8;t=60')
+  const next = await h.post([echo(3), echo(4), echo(5), echo(6), toolCall('whoami', {}, 7)]) // echo: 0 left
+  expect(next.headers.get('ratelimit-policy')).toBe('"tool";q=5;w=60, "identity";q=10;w=60')
+  expect(next.headers.get('ratelimit')).toBe('"tool";r=0;t=60, "identity";r=3;t=60')
 })
 
 describe('exactness under load', () => {

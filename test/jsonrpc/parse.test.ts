@@ -16,6 +16,13 @@ describe('parsing JSON-RPC bodies', () => {
     expect(parsed.ok && parsed.calls[0].target).toBe('file:///etc/passwd')
   })
 
+  test('a list names no target, whatever uri or name the caller adds (the server ignores them)', () => {
+    for (const method of ['resources/list', 'resources/templates/list', 'prompts/list']) {
+      const parsed = parse({ jsonrpc: '2.0', id: 1, method, params: { uri: 'example://x', name: 'greeting' } })
+      expect(parsed.ok && parsed.calls[0]).toMatchObject({ method, target: '', gated: true })
+    }
+  })
+
   test('a prompt is judged by its name', () => {
     const parsed = parse({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: { name: 'greeting' } })
     expect(parsed.ok && parsed.calls[0]).toMatchObject({ target: 'greeting', gated: true })

@@ -89,6 +89,9 @@ describe('policy configuration', () => {
       'policy_file: cannot be used together with an inline policy: keep one of the two',
     ])
     expect(problems(`${BASE}policy: deny everything\n`)).toEqual(['policy: must be a mapping with default and rules'])
+    // A blank value fails closed as a config error: read as "no policy" it would allow every call.
+    expect(problems(`${BASE}policy_file:\n`)).toEqual(['policy_file: is empty: give the path of a policy file, or remove the key to run without a policy'])
+    expect(problems(`${BASE}policy:\n`)).toEqual(['policy: must be a mapping with default and rules'])
   })
 
   test('the shipped examples/policy.yaml is valid', () => {
