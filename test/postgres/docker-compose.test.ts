@@ -1,6 +1,9 @@
+import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { promisify } from 'node:util'
 import yaml from 'js-yaml'
+import { startExampleServer } from '../../examples/mcp-server'
 import { loadConfig } from '../../src/config/load'
 
 /** No Docker engine runs here, so the compose files are checked against the config they mount. */
@@ -16,7 +19,8 @@ interface Service {
   ports?: string[]
   expose?: string[]
   depends_on?: Record<string, { condition: string }>
-  healthcheck?: { test: string[] }
+  healthcheck?: { test?: string[]; disable?: boolean }
+  restart?: string
 }
 
 function compose(file: string): { services: Record<string, Service>; volumes?: Record<string, unknown> } {
@@ -31,14 +35,61 @@ function interpolate(text: string, env: Record<string, string>): string {
 const base = compose('docker-compose.yml')
 const replicas = compose('docker-compose.replicas.yml')
 const gateways: Array<[string, Service]> = [['wardline', base.services.wardline], ['wardline-2', replicas.services['wardline-2']]]
+const dockerfile = readFileSync(join(root, 'Dockerfile'), 'utf8')
+
+/** A healthcheck's command as argv: CMD's list as it is, CMD-SHELL's string split on blanks. */
+function checkArgv(check: Service['healthcheck']): string[] {
+  const [form, ...rest] = check?.test ?? []
+  return form === 'CMD-SHELL' ? rest.join(' ').split(/\s+/) : rest
+}
 
 test('postgres is version 16 with a healthcheck and a data volume, and Wardline waits for it to be healthy', () => {
   const pg = base.services.postgres
   expect(pg.image).toMatch(/^postgres:16(\.|$|-)/)
-  expect(pg.healthcheck?.test.join(' ')).toMatch(/pg_isready/)
+  expect(pg.healthcheck?.test?.join(' ')).toMatch(/pg_isready/)
   expect(pg.volumes).toContain('pgdata:/var/lib/postgresql/data')
   expect(base.volumes).toHaveProperty('pgdata')
   for (const [, svc] of gateways) expect(svc.depends_on?.postgres.condition).toBe('service_healthy')
+})
+
+test('postgres is healthy only once it takes TCP connections, not while the init server answers on the socket', () => {
+  const argv = checkArgv(base.services.postgres.healthcheck)
+  expect(argv[0]).toBe('pg_isready')
+  // Without a host pg_isready asks the Unix socket, which the image's temporary init server answers
+  // while TCP is still closed on a fresh volume; Wardline, started then, gets ECONNREFUSED.
+  const host = argv.includes('-h') ? argv[argv.indexOf('-h') + 1] : argv.find((a) => a.startsWith('--host='))?.slice('--host='.length)
+  expect(host).toBe('127.0.0.1')
+})
+
+test.each(gateways)('%s is restarted when it exits with an error, such as a start with the database unreachable', (_name, svc) => {
+  expect(svc.restart).toMatch(/^(on-failure(:\d+)?|unless-stopped|always)$/)
+})
+
+test('a service that runs something other than the gateway from its image does not inherit the gateway healthcheck', () => {
+  const services = { ...base.services, ...replicas.services }
+  const others = Object.entries(services).filter(([, svc]) => svc.build !== undefined && svc.entrypoint !== undefined)
+  expect(others.map(([name]) => name)).toContain('mcp-server')
+  for (const [, svc] of others) expect(svc.healthcheck?.disable === true || (svc.healthcheck?.test?.length ?? 0) > 0).toBe(true)
+})
+
+test('the example MCP server healthcheck passes while the server listens on its port and fails once it is gone', async () => {
+  const mcp = base.services['mcp-server']
+  expect(mcp.healthcheck?.test?.[0]).toBe('CMD')
+  const composePort = mcp.command?.[mcp.command.indexOf('--port') + 1]
+  const argv = checkArgv(mcp.healthcheck)
+  expect(argv).toContain(composePort)
+  // The same command, pointed at a server on a free port instead of the compose file's 3001.
+  const server = await startExampleServer({ port: 0, host: '127.0.0.1' })
+  const probe = () => {
+    const [command, ...args] = argv.map((a) => (a === composePort ? new URL(server.url).port : a))
+    return promisify(execFile)(command === 'node' ? process.execPath : command, args, { timeout: 5000 })
+  }
+  try {
+    await expect(probe()).resolves.toBeDefined()
+  } finally {
+    await server.close()
+  }
+  await expect(probe()).rejects.toMatchObject({ code: 1 })
 })
 
 test.each(gateways)('%s mounts the example config, which validates and agrees with the compose file', (_name, svc) => {
@@ -64,6 +115,9 @@ test.each(gateways)('%s mounts the example config, which validates and agrees wi
   // The published port maps onto the port Wardline listens on, on every interface.
   expect(config.listen.host).toBe('0.0.0.0')
   expect((svc.ports ?? []).map((p) => p.split(':')[1])).toEqual([String(config.listen.port)])
+  // The image's healthcheck, kept as it is, probes that same port.
+  expect(svc.healthcheck).toBeUndefined()
+  expect(new URL(/^ENV WARDLINE_HEALTH_URL=(\S+)$/m.exec(dockerfile)?.[1] ?? '').port).toBe(String(config.listen.port))
   // The spill file sits on a volume of its own.
   const spillDir = config.audit.spillFile.slice(0, config.audit.spillFile.lastIndexOf('/'))
   expect(svc.volumes).toEqual(expect.arrayContaining([expect.stringMatching(new RegExp(`^spill-\\d:${spillDir}$`))]))
@@ -78,8 +132,7 @@ test('two replicas share one database but publish different ports and keep separ
 })
 
 test('the Dockerfile builds dist/ in a build stage and runs production dependencies as a non-root user', () => {
-  const text = readFileSync(join(root, 'Dockerfile'), 'utf8')
-  const stages = text.split(/^FROM /m).slice(1)
+  const stages = dockerfile.split(/^FROM /m).slice(1)
   expect(stages).toHaveLength(2)
   expect(stages[0]).toMatch(/tsc -p tsconfig.build.json/)
   expect(stages[1]).toMatch(/npm ci --omit=dev/)
