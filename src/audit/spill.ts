@@ -1,7 +1,7 @@
 import { createReadStream, closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { createInterface } from 'node:readline'
-import { describeError } from '../errors'
+import { WardlineError, describeError } from '../errors'
 import { type AuditEntry, toJsonLines } from './entry'
 
 export interface ReplayHooks {
@@ -43,6 +43,21 @@ export class AuditSpill {
   constructor(readonly path: string) {
     this.replayingPath = `${path}.replaying`
     this.rejectedPath = `${path}.rejected`
+  }
+
+  /**
+   * A spill file that turns out unwritable only during an outage loses the entries it was for, so
+   * startup proves it can create and append to it (without writing anything into it).
+   */
+  static open(path: string): AuditSpill {
+    try {
+      mkdirSync(dirname(path), { recursive: true })
+      closeSync(openSync(path, 'a', 0o600))
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? describeError(err)
+      throw new WardlineError('WL_CONFIG_INVALID', `audit.spill_file: cannot open ${path} for appending (${code})`, { cause: err })
+    }
+    return new AuditSpill(path)
   }
 
   /** True when some spilled entries have not been replayed yet. */

@@ -111,14 +111,14 @@ export class PostgresBudgetStore implements BudgetStore {
     this.warn = options.log ? new RateLimitedLog(options.log) : null
   }
 
-  async admit(charges: readonly BucketCharge[]): Promise<AdmitResult> {
+  async admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs): Promise<AdmitResult> {
     if (charges.length === 0) return { admitted: true, buckets: [], refusedBy: -1 }
-    const deadline = performance.now() + Math.max(1, this.checkTimeoutMs - CALLER_MARGIN_MS)
+    const deadline = performance.now() + Math.max(1, timeoutMs - CALLER_MARGIN_MS)
     const client = await this.connect(deadline)
     const remaining = Math.floor(deadline - performance.now())
     if (remaining <= 0) {
       client.release()
-      throw new Error(`no budget verdict within ${this.checkTimeoutMs} ms: the whole bound went on waiting for a connection`)
+      throw new Error(`no budget verdict within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
     }
     const sentAt = localEpochMs()
     const verdict = client.query<AdmitRow>(this.statement(charges, remaining, sentAt + remaining)).then(

@@ -12,6 +12,12 @@ import type { AdmitResult, BucketCharge, BucketKind, BucketState, BudgetStore } 
 export interface BudgetStageOptions {
   /** Wall clock (ms) for the fail-open count; tests inject one. */
   readonly now?: () => number
+  /**
+   * Shared by the stages a reload replaces (compose.ts makes them once), so a reload in the middle of
+   * an outage neither zeroes /readyz's fail-open count nor repeats the rate-limited warning.
+   */
+  readonly failOpens?: FailOpenWindow
+  readonly warnings?: RateLimitedLog
 }
 
 /** The budget stage, plus what /readyz reports about it. */
@@ -45,8 +51,8 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
   // The overall bound on one check, whatever the store does inside: a store that hangs fails open (or
   // closed) on time instead of holding the call until the client gives up.
   const timeoutMessage = `budget check took longer than ${config.checkTimeoutSeconds}s (budget.check_timeout_seconds)`
-  const failOpens = new FailOpenWindow(options.now ?? Date.now)
-  const warnings = new RateLimitedLog(log)
+  const failOpens = options.failOpens ?? new FailOpenWindow(options.now ?? Date.now)
+  const warnings = options.warnings ?? new RateLimitedLog(log)
 
   const failed = (ex: Exchange, err: unknown): Verdict => {
     metrics.budgetStoreErrors.inc()
@@ -69,7 +75,7 @@ export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: M
       if (charges === null) return CONTINUE
       let result: AdmitResult
       try {
-        result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges), timeoutMs, timeoutMessage))
+        result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges, timeoutMs), timeoutMs, timeoutMessage))
       } catch (err) {
         return failed(ex, err)
       }

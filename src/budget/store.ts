@@ -50,6 +50,10 @@ export interface BudgetStore {
    * check_timeout_seconds deadline, which costs a timer and a race per call. Absent means it may wait.
    */
   readonly neverWaits?: boolean
-  admit(charges: readonly BucketCharge[]): Promise<AdmitResult>
+  /**
+   * `timeoutMs` is the check's bound as configured now (budget.check_timeout_seconds, which a reload
+   * may change): a store that can wait gives up by then, and a check it gave up on never charges later.
+   */
+  admit(charges: readonly BucketCharge[], timeoutMs?: number): Promise<AdmitResult>
   close(): Promise<void>
 }

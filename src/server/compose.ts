@@ -9,6 +9,7 @@ import { AuditWriter } from '../audit/writer'
 import { HeaderAuthenticator } from '../auth/header-authenticator'
 import { JwtAuthenticator } from '../auth/jwt-authenticator'
 import { type Authenticator, authStage } from '../auth/stage'
+import { FailOpenWindow } from '../budget/fail-open-window'
 import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
 import { type BudgetStage, budgetStage } from '../budget/stage'
@@ -16,7 +17,7 @@ import type { BudgetStore } from '../budget/store'
 import { keysNeedingRestart } from '../config/restart-keys'
 import type { Config } from '../config/types'
 import { jsonRpcStage } from '../jsonrpc/stage'
-import { createLogger, type Logger } from '../log'
+import { createLogger, type Logger, RateLimitedLog } from '../log'
 import { Metrics } from '../metrics'
 import type { ReadinessCheck } from '../readiness'
 import type { Stage } from '../pipeline/stage'
@@ -65,18 +66,21 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const readiness: ReadinessCheck[] = []
 
   // Postgres first: an unreachable database must stop startup before anything listens. The pool is
-  // the first closer, so it is released last (after the audit trail is flushed into it).
-  const pool = config.features.postgresStorage && config.postgres !== null ? await openPostgres(config, log, closers) : null
+  // the first closer, so it is released last (after the audit trail is flushed into it). The spill
+  // file is checked before it: nothing is open yet if it fails.
+  const postgresOn = config.features.postgresStorage && config.postgres !== null
+  const spill = postgresOn ? AuditSpill.open(config.audit.spillFile) : null
+  const pool = postgresOn ? await openPostgres(config, log, closers) : null
 
   const writers: AuditWriter[] = []
   const queueing = { maxQueueEntries: config.audit.maxQueueEntries, onDropped: (n: number, name: string) => metrics.auditDropped.labels(name).inc(n) }
   if (config.audit.output !== null) {
     writers.push(new AuditWriter(await JsonlAuditSink.open(config.audit.output), log, queueing))
   }
-  if (pool !== null) {
+  if (pool !== null && spill !== null) {
     const pgWriter = new AuditWriter(new PostgresAuditSink(pool), log, {
       ...queueing,
-      spill: new AuditSpill(config.audit.spillFile),
+      spill,
       onSpilled: (n, name) => metrics.auditSpilled.labels(name).inc(n),
       onRejected: (n, name) => metrics.auditRejected.labels(name).inc(n),
     })
@@ -90,8 +94,9 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const store = await openBudgetStore(config, pool, options.budgetStore, log, closers)
   const leading = [authStage(authenticator, config.auth), requestTargetStage(), jsonRpcStage(config.limits.maxBodyBytes)]
   let budget: BudgetStage | null = null
+  const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
   const stagesFor = (cfg: Config): Stage[] => {
-    budget = store === null ? null : budgetStage(store, cfg.budget, metrics, log)
+    budget = store === null ? null : budgetStage(store, cfg.budget, metrics, log, budgetFailures)
     return [...leading, ...(budget === null ? [] : [budget]), ...policyStages(cfg, log)] // budget before policy (DESIGN.md)
   }
   const gateway = new Gateway(stagesFor(config), upstream, audit, log)
@@ -216,9 +221,13 @@ const POSTGRES_STARTUP_TIMEOUT_MS = 5000
 
 /** The one pool for every Postgres feature, reachable and migrated, or a WL_POSTGRES_UNAVAILABLE error. */
 async function openPostgres(config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<Pool> {
+  const checkTimeoutMs = config.budget.checkTimeoutSeconds * 1000
   const pool = openPool(config.postgres as NonNullable<Config['postgres']>, log, {
-    // A budget check cannot use a connection it gets after its own deadline.
-    connectionTimeoutMs: Math.max(1, config.budget.checkTimeoutSeconds * 1000),
+    // A budget check cannot use a connection it gets after its own deadline. (A reload that raises
+    // check_timeout_seconds keeps this startup bound: checks then fail open early, never late.)
+    connectionTimeoutMs: Math.max(1, checkTimeoutMs),
+    // The server-side backstop must not cut a check the config allows to run longer.
+    statementTimeoutMs: Math.max(30_000, checkTimeoutMs + 1000),
   })
   try {
     await checkReachable(pool, POSTGRES_STARTUP_TIMEOUT_MS)

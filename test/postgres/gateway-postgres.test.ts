@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Pool } from 'pg'
 import { identityKey } from '../../src/budget/keys'
 import { describeError } from '../../src/errors'
@@ -44,6 +46,18 @@ describe('gateway with postgres_storage', () => {
     expect(err).toMatchObject({ code: 'WL_POSTGRES_UNAVAILABLE' })
     expect(describeError(err)).toMatch(/^postgres is unreachable.*ECONNREFUSED/)
     expect(describeError(err)).not.toContain('\n')
+  })
+
+  test('startup fails when the spill file cannot be written, rather than losing entries at the first outage', async () => {
+    const dir = tempDir()
+    writeFileSync(join(dir, 'a-file'), '')
+    const config = configFrom({
+      listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:9', auth: { mode: 'header' },
+      audit: { output: `${dir}/a.jsonl`, spill_file: `${dir}/a-file/spill.jsonl` }, ...postgresConfig(db.url),
+    }, {}, dir)
+    const err = await startGateway(config, { log: silentLogger() }).then(() => null, (e: unknown) => e)
+    expect(err).toMatchObject({ code: 'WL_CONFIG_INVALID' })
+    expect(describeError(err)).toMatch(/^audit\.spill_file: cannot open .*a-file\/spill\.jsonl for appending \(E[A-Z]+\)/)
   })
 
   describe('with a healthy database', () => {
@@ -147,6 +161,34 @@ describe('gateway with postgres_storage', () => {
       const reasons = (await h.audit()).filter((e) => e.identity === 'frank').map((e) => e.reason ?? '')
       expect(reasons[0]).toBe('')
       expect(reasons[1]).toMatch(/^budget check failed open: .*(lock timeout|deadline|longer than)/)
+    } finally {
+      await h.close()
+    }
+  })
+
+  test('a reload that shortens check_timeout_seconds shortens the store\'s bound too (no ghost increment), and keeps the fail-open count', async () => {
+    const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(db.url, { budget: { check_timeout_seconds: 5 } }) })
+    const key = identityKey('acme', 'grace')
+    try {
+      expect((await call(h, 'grace')).status).toBe(200)
+      h.gateway.reload(configFrom({ ...h.tree, budget: { requests_per_window: 1000, window_seconds: 60, check_timeout_seconds: 0.3 } }))
+      const holder = await pool.connect()
+      try {
+        await holder.query('BEGIN')
+        await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [key])
+        const started = performance.now()
+        expect((await call(h, 'grace', 2)).status).toBe(200)
+        expect(performance.now() - started).toBeLessThan(1500)
+        await new Promise((resolve) => setTimeout(resolve, 1000)) // well past the new bound, far short of the old one
+        await holder.query('COMMIT')
+      } finally {
+        holder.release()
+      }
+      await pool.query('SELECT pg_sleep(0.2)')
+      expect(await countOf(key)).toBe(1) // the check given up on never charged
+      expect((await h.audit()).filter((e) => e.identity === 'grace').at(-1)?.reason).toMatch(/^budget check failed open: /)
+      h.gateway.reload(configFrom(h.tree)) // a reload in the middle of an outage does not hide it
+      expect(await (await fetch(`${h.url}/readyz`)).json()).toMatchObject({ budget_fail_opens_last_minute: 1 })
     } finally {
       await h.close()
     }

@@ -49,6 +49,19 @@ test('a failing migration leaves the schema at the last complete version', async
   expect(versions.rows[0].v).toBe(Math.max(...MIGRATIONS.map((m) => m.version)))
 })
 
+test("a migration outlasting the pool's request-path query bound still completes", async () => {
+  // openPool gives every query a 30 s client-side bound; a pool with a 300 ms one shows the same cut.
+  const hasty = testPool(db.url, 1, { query_timeout: 300, statement_timeout: 300 })
+  try {
+    const slow = [...MIGRATIONS, { version: 1001, name: 'slow', sql: 'SELECT pg_sleep(0.8); CREATE TABLE slow_done (x int)' }]
+    expect((await migrate(hasty, silentLogger(), slow)).applied).toEqual([1001])
+    expect((await hasty.query("SELECT to_regclass('slow_done') IS NOT NULL AS made")).rows[0].made).toBe(true)
+  } finally {
+    await pools[0].query('DROP TABLE IF EXISTS slow_done; DELETE FROM wardline_schema_migrations WHERE version = 1001')
+    await hasty.end()
+  }
+})
+
 describe('budget reaper', () => {
   beforeEach(async () => {
     await pools[0].query('TRUNCATE budget_buckets')

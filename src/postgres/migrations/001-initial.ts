@@ -65,10 +65,13 @@ BEGIN
   FOR i IN SELECT t.ord FROM unnest(p_keys) WITH ORDINALITY AS t(k, ord) ORDER BY t.k COLLATE "C", t.ord LOOP
     SELECT b.count, b.ends_at INTO c, e FROM budget_buckets b WHERE b.key = p_keys[i] FOR UPDATE;
     IF NOT FOUND THEN
-      -- A first sighting: create the row (already expired, so it counts as absent) and lock it. A
-      -- concurrent check inserting the same key makes this wait for it, still in key order.
-      INSERT INTO budget_buckets (key, count, ends_at) VALUES (p_keys[i], 0, '-infinity') ON CONFLICT (key) DO NOTHING;
-      SELECT b.count, b.ends_at INTO c, e FROM budget_buckets b WHERE b.key = p_keys[i] FOR UPDATE;
+      -- A first sighting: create the row (already expired, so it counts as absent), or lock the one a
+      -- concurrent check just created (this waits for it, still in key order). One upsert, not an
+      -- insert then a select: between those two, the reaper could delete a row a refused check left
+      -- behind, the select would find nothing, and the check would admit without charging.
+      INSERT INTO budget_buckets AS b (key, count, ends_at) VALUES (p_keys[i], 0, '-infinity')
+        ON CONFLICT (key) DO UPDATE SET count = b.count
+        RETURNING b.count, b.ends_at INTO c, e;
     END IF;
     counts[i] := c;
     ends[i] := e;
