@@ -27,7 +27,11 @@ export async function serve(configPath: string): Promise<RunningGateway> {
   }
   let stopping = false
   const stop = (signal: string): void => {
-    if (stopping) return
+    if (stopping) {
+      // The operator asked twice: the graceful path is stuck or too slow for them. Stop now.
+      log.error('second signal during shutdown: exiting at once; entries still queued for the audit trail are lost', { signal })
+      process.exit(1)
+    }
     stopping = true
     log.info('shutting down', { signal })
     gateway.shutdown().then(

@@ -9,7 +9,7 @@ import { Reader, deepFreeze, parseYaml, readText } from './reader'
 import type { AuditConfig, Config, Features, LogLevel } from './types'
 
 const TOP_LEVEL_KEYS = [
-  'listen', 'upstream', 'upstream_timeout_seconds', 'upstream_connections', 'max_body_bytes',
+  'listen', 'upstream', 'upstream_timeout_seconds', 'upstream_connections', 'max_body_bytes', 'request_timeout_seconds',
   'shutdown_grace_seconds', 'shutdown_delay_seconds', 'log_level', 'features', 'audit', 'auth', 'budget', 'policy', 'policy_file', 'postgres',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
@@ -67,7 +67,11 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
       timeoutSeconds: r.number(o.upstream_timeout_seconds, 'upstream_timeout_seconds', 30, 0, 3600, true),
       connections: r.int(o.upstream_connections, 'upstream_connections', 128, 1, 10_000),
     },
-    limits: { maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 1024 * 1024, 1, 1024 * 1024 * 1024) },
+    limits: {
+      maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 1024 * 1024, 1, 1024 * 1024 * 1024),
+      // Receiving the request only (headers and body): a streamed response is never cut by it.
+      requestTimeoutSeconds: r.number(o.request_timeout_seconds, 'request_timeout_seconds', 300, 0, 3600, true),
+    },
     shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),
     // 0 by default: a plain process stops at once; behind a load balancer set it above the probe interval.
     shutdownDelaySeconds: r.number(o.shutdown_delay_seconds, 'shutdown_delay_seconds', 0, 0, 600),

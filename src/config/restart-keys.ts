@@ -7,6 +7,7 @@ const RESTART_KEYS: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['upstream_timeout_seconds', (c) => c.upstream.timeoutSeconds],
   ['upstream_connections', (c) => c.upstream.connections],
   ['max_body_bytes', (c) => c.limits.maxBodyBytes],
+  ['request_timeout_seconds', (c) => c.limits.requestTimeoutSeconds],
   ['shutdown_grace_seconds', (c) => c.shutdownGraceSeconds],
   ['shutdown_delay_seconds', (c) => c.shutdownDelaySeconds],
   ['log_level', (c) => c.logLevel],

@@ -5,7 +5,11 @@
 export interface Config {
   readonly listen: { readonly host: string; readonly port: number }
   readonly upstream: UpstreamConfig
-  readonly limits: { readonly maxBodyBytes: number }
+  readonly limits: {
+    readonly maxBodyBytes: number
+    /** Longest time to receive a whole request, headers and body (a client trickling a body is cut off). */
+    readonly requestTimeoutSeconds: number
+  }
   readonly shutdownGraceSeconds: number
   /** After SIGTERM, how long /readyz says 503 while the listener still accepts (load balancers catch up). */
   readonly shutdownDelaySeconds: number

@@ -1,6 +1,6 @@
 import type { Exchange } from '../pipeline/exchange'
 import { PARSE_ERROR } from '../pipeline/methods'
-import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { parseMessages } from './parse'
 import { readBody } from './read-body'
 
@@ -13,6 +13,26 @@ function tooLarge(maxBodyBytes: number): Refusal {
   data: { max_body_bytes: maxBodyBytes },
   headers: { connection: 'close' },
   }
+}
+
+/** A request that announces a body (RFC 9112 §6.3): a non-zero Content-Length or any Transfer-Encoding. */
+function hasBody(ex: Exchange): boolean {
+  const h = ex.req.headers
+  return h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && h['content-length'] !== '0')
+}
+
+/**
+ * A body on GET, DELETE or OPTIONS carries no JSON-RPC and is never gated, but it is the client's:
+ * forwarded as received (capped like any body) rather than silently dropped.
+ */
+async function readOpaqueBody(ex: Exchange, maxBodyBytes: number, tooLargeRefusal: Refusal): Promise<Verdict> {
+  const read = await readBody(ex.req, maxBodyBytes)
+  if (read.ok) {
+    ex.body = read.body
+    return CONTINUE
+  }
+  if (read.tooLarge) return tooLargeRefusal
+  return { status: 400, decision: 'error', reason: read.error.message, message: 'Request body could not be read' }
 }
 
 /** The charset parameter of a Content-Type, lower-cased, or null when there is none. */
@@ -33,7 +53,7 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
   return {
     name: 'jsonrpc',
     async run(ex: Exchange) {
-      if (ex.req.method !== 'POST') return CONTINUE
+      if (ex.req.method !== 'POST') return hasBody(ex) ? readOpaqueBody(ex, maxBodyBytes, tooLargeRefusal) : CONTINUE
       const encoding = ex.req.headers['content-encoding']
       if (encoding !== undefined && encoding !== 'identity') {
         // A compressed body cannot be inspected, and an uninspected body must not pass a gate.

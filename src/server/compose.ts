@@ -15,6 +15,8 @@ import { PostgresBudgetStore } from '../budget/postgres-store'
 import { type BudgetStage, budgetStage } from '../budget/stage'
 import type { BudgetStore } from '../budget/store'
 import { keysNeedingRestart } from '../config/restart-keys'
+import { withDeadline } from '../deadline'
+import { describeError } from '../errors'
 import type { Config } from '../config/types'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger, RateLimitedLog } from '../log'
@@ -111,11 +113,20 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     resourceMetadata: config.auth.resourceMetadata,
     readyDetails: store === null ? undefined : () => ({ budget_fail_opens_last_minute: budget?.failOpensLastMinute() ?? 0 }),
   })
-  const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
+  const requestTimeoutMs = config.limits.requestTimeoutSeconds * 1000
+  const server = createServer({
+    keepAliveTimeout: 65_000,
+    // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
+    // response: SSE streams stay open for as long as the client wants.
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: Math.min(60_000, requestTimeoutMs),
+    connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
+  }, (req, res) => {
+    // Draining: answer what arrives on a kept-alive connection, but close the connection after it
+    // (the gateway does the same for proxied requests, including those already in flight).
+    if (shuttingDown) res.shouldKeepAlive = false
     if (!routes.handle(req, res)) void gateway.handle(req, res)
   })
-  // Streams (SSE) stay open for as long as the client wants; only idle keep-alive sockets time out.
-  server.headersTimeout = 60_000
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(config.listen.port, config.listen.host, () => {
@@ -131,6 +142,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const shutdown = (): Promise<void> => {
     stopping ??= (async () => {
       shuttingDown = true
+      gateway.drain()
       if (config.shutdownDelaySeconds > 0) {
         // Keep serving while /readyz says 503, so load balancers stop sending before connections are refused.
         log.info('not ready: still serving during shutdown_delay_seconds', { seconds: config.shutdownDelaySeconds })
@@ -138,7 +150,10 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       }
       const closed = new Promise<void>((resolve) => server.close(() => resolve()))
       const deadline = Date.now() + config.shutdownGraceSeconds * 1000
-      while (gateway.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+      while (gateway.inFlight > 0 && Date.now() < deadline) {
+        server.closeIdleConnections() // a connection whose last response just ended takes no new request
+        await new Promise((r) => setTimeout(r, 20))
+      }
       if (gateway.inFlight > 0) log.warn('shutdown grace period over: closing open requests', { in_flight: gateway.inFlight })
       gateway.cuttingConnections = true
       server.closeAllConnections()
@@ -149,7 +164,14 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       const settleBy = Date.now() + Math.max(2000, config.budget.checkTimeoutSeconds * 1000 + 1000)
       while (gateway.inFlight > 0 && Date.now() < settleBy) await new Promise((r) => setTimeout(r, 10))
       if (gateway.inFlight > 0) log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
-      await audit.close()
+      // Bounded: a sink that never completes a write (a stdout reader that stopped reading) must not
+      // keep the process from exiting. The Postgres writer bounds itself well inside this.
+      await withDeadline(audit.close(), AUDIT_CLOSE_TIMEOUT_MS, 'audit trail not flushed in time').catch((err: unknown) => {
+        log.error('audit trail not fully written at shutdown: the entries still queued are lost', {
+          error: describeError(err),
+          pending: Object.fromEntries(audit.writers.map((w) => [w.sink.name, w.pending])),
+        })
+      })
       await upstream.destroy()
       authenticator.close?.()
       for (const close of closers.reverse()) await close()
@@ -215,6 +237,9 @@ function policyStages(config: Config, log: Logger): Stage[] {
   log.info('policy loaded', { source: policy.source, rules: policy.rules.length, default: policy.default })
   return [policyStage(compilePolicy(policy))]
 }
+
+/** Longest wait at shutdown for the audit sinks to take every queued entry. */
+const AUDIT_CLOSE_TIMEOUT_MS = 30_000
 
 /** Startup bound on reaching the database: fail with one clear line instead of hanging (issue 6). */
 const POSTGRES_STARTUP_TIMEOUT_MS = 5000

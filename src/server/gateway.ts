@@ -10,10 +10,26 @@ import type { Upstream } from '../upstream/forward'
 
 /** Runs one proxied request: stages, then the upstream or a local answer, then exactly one audit record. */
 export class Gateway {
-  /** Requests between arrival and their audit record; shutdown waits for this to reach 0. */
-  inFlight = 0
+  /** Requests between arrival and their audit record. */
+  private readonly running = new Set<Exchange>()
+  /** Set at shutdown: every response from now on closes its connection instead of keeping it alive. */
+  private draining = false
   /** Set when shutdown closes the connections still open, so their entries say who closed them. */
   cuttingConnections = false
+
+  /** Requests not yet audited; shutdown waits for this to reach 0. */
+  get inFlight(): number {
+    return this.running.size
+  }
+
+  /**
+   * Shutdown: responses not yet started, and those of requests still to come on connections already
+   * open, carry `Connection: close`, so no client sends another request on a connection about to go.
+   */
+  drain(): void {
+    this.draining = true
+    for (const ex of this.running) if (!ex.res.headersSent) ex.res.shouldKeepAlive = false
+  }
 
   constructor(
     private stages: readonly Stage[],
@@ -29,7 +45,8 @@ export class Gateway {
 
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
-    this.inFlight++
+    if (this.draining) res.shouldKeepAlive = false
+    this.running.add(ex)
     try {
       const refusal = await runStages(this.stages, ex)
       if (refusal !== null) refuse(ex, refusal)
@@ -38,7 +55,7 @@ export class Gateway {
       this.replyWithError(ex, err)
     } finally {
       if (this.cuttingConnections && ex.aborted) ex.reason = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
-      this.inFlight--
+      this.running.delete(ex)
       this.audit.record(ex)
     }
   }

@@ -29,8 +29,17 @@ const DOT_SEGMENT: Refusal = {
   rpcCode: INVALID_REQUEST,
 }
 
-// `.` or `..` as a whole segment, literally or percent-encoded (%2e), before any query.
-const DOT_SEGMENT_PATTERN = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i
+const SEPARATOR_LOOKALIKE: Refusal = {
+  status: 400,
+  decision: 'error',
+  reason: 'request target has a backslash in its path or a fragment (#): URL parsers read them as a separator or the end of the path, so /..\\admin or /..#x could climb out of the upstream base path',
+  message: 'Bad request target',
+  rpcCode: INVALID_REQUEST,
+}
+
+// `.` or `..` as a whole segment, literally or percent-encoded (%2e), before any query. A `;` ends a
+// segment too for servers that strip path parameters (`/..;/admin` is `/../admin` to them).
+const DOT_SEGMENT_PATTERN = /(?:^|\/)(?:\.|%2e){1,2}(?:[/;]|$)/i
 
 /**
  * Runs after authentication: only the methods MCP uses, and only origin-form paths that stay inside
@@ -43,8 +52,12 @@ export function requestTargetStage(): Stage {
       if (!FORWARDED_METHODS.has(ex.req.method ?? '')) return METHOD_NOT_ALLOWED
       const url = ex.req.url ?? ''
       if (url.charCodeAt(0) !== 47 /* / */) return BAD_TARGET
+      // A fragment never belongs in a request target (RFC 9112 §3.2); a raw backslash is not a URL
+      // character, but the WHATWG parser reads it as `/` in http(s) URLs.
+      if (url.includes('#')) return SEPARATOR_LOOKALIKE
       const q = url.indexOf('?')
       const path = q < 0 ? url : url.slice(0, q)
+      if (path.includes('\\')) return SEPARATOR_LOOKALIKE
       if (path.includes('.') || path.includes('%')) {
         if (DOT_SEGMENT_PATTERN.test(path)) return DOT_SEGMENT
       }

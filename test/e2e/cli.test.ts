@@ -4,7 +4,6 @@
  */
 import { type ChildProcessWithoutNullStreams, execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
-import { connect } from 'node:net'
 import { join } from 'node:path'
 import { readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { type RawUpstream, gate, startRawUpstream } from './raw-upstream'
@@ -163,7 +162,7 @@ describe('wardline serve', () => {
     await served.exited
   })
 
-  test('SIGTERM: readiness turns 503, new connections are refused, the in-flight request completes, the audit is flushed, exit 0', async () => {
+  test('SIGTERM: readiness turns 503, then new connections are refused, the in-flight request completes with Connection: close, the audit is flushed, exit 0', async () => {
     const release = gate()
     upstream = await startRawUpstream(async (_req, res) => {
       await release.wait // answers only when the test says so: the request is in flight across SIGTERM
@@ -172,34 +171,49 @@ describe('wardline serve', () => {
     })
     const dir = tempDir()
     const auditFile = join(dir, 'audit.jsonl')
-    const served = await serve(writeConfig(dir, `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: ${auditFile} }\n`))
-    expect((await fetch(`http://127.0.0.1:${served.port}/readyz`)).status).toBe(200)
+    const served = await serve(writeConfig(dir, `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: ${auditFile} }\nshutdown_delay_seconds: 0.5\n`))
+    const base = `http://127.0.0.1:${served.port}`
+    expect((await fetch(`${base}/readyz`)).status).toBe(200)
 
-    // One connection carries the slow tools/call. The listener closes at SIGTERM (and with it every idle
-    // connection), so the readiness probe that sees 503 is one sent on this busy connection afterwards.
-    const socket = connect(served.port, '127.0.0.1')
-    let raw = ''
-    socket.on('data', (c: Buffer) => (raw += c.toString('utf8')))
-    const socketClosed = new Promise<void>((resolve) => socket.on('close', () => resolve()))
-    const body = JSON.stringify(toolCall('echo', {}, 1))
-    socket.write(`POST /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: alice\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+    const call = fetch(`${base}/mcp`, { method: 'POST', headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json' }, body: JSON.stringify(toolCall('echo', {}, 1)) })
     await until(() => upstream!.seen.length === 1, 'the call to reach the upstream')
 
     served.child.kill('SIGTERM')
     await until(() => served.stderr().includes('shutting down'), 'the shutdown log line')
-    socket.write('GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n')
-    await expect(fetch(`http://127.0.0.1:${served.port}/healthz`)).rejects.toThrow()
+    // During shutdown_delay_seconds the listener still accepts, and /readyz tells load balancers to stop.
+    const ready = await fetch(`${base}/readyz`)
+    expect([ready.status, ready.headers.get('connection'), await ready.json()]).toEqual([503, 'close', { status: 'shutting_down' }])
+    await new Promise((r) => setTimeout(r, 700)) // past the delay: the listener is closed
+    await expect(fetch(`${base}/healthz`)).rejects.toThrow()
     release.open()
 
+    const answered = await call
+    expect([answered.status, answered.headers.get('connection')]).toEqual([200, 'close'])
+    expect(await answered.json()).toEqual({ jsonrpc: '2.0', id: 1, result: { content: [] } })
     expect(await served.exited).toBe(0)
-    await socketClosed
-    const responses = raw.split(/(?=HTTP\/1\.1 )/)
-    expect(responses).toHaveLength(2)
-    expect(responses[0]).toMatch(/^HTTP\/1\.1 200 /)
-    expect(responses[0]).toContain('"result":{"content":[]}')
-    expect(responses[1]).toMatch(/^HTTP\/1\.1 503 /)
-    expect(responses[1]).toContain('{"status":"shutting_down"}')
     expect(readJsonl(auditFile).map((e) => [e.method, e.tool, e.decision, e.status])).toEqual([['tools/call', 'echo', 'allow', 200]])
+  })
+
+  test('a second signal while shutdown is stuck on an audit write that never completes exits at once, with 1', async () => {
+    upstream = await startRawUpstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
+    })
+    const served = await serve(writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`))
+    served.child.stdout.pause() // a log shipper that stopped reading: once the pipe is full, writes never complete
+    const post = () => fetch(`http://127.0.0.1:${served.port}/mcp`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' }, body: JSON.stringify(toolCall('echo', { text: 'x'.repeat(200) }, 1)),
+    }).then((r) => r.status)
+    for (let i = 0; i < 20; i++) expect((await Promise.all(Array.from({ length: 50 }, post))).every((s) => s === 200)).toBe(true)
+    served.child.kill('SIGTERM')
+    await until(() => served.stderr().includes('shutting down'), 'the shutdown log line')
+    await new Promise((r) => setTimeout(r, 300))
+    expect(served.child.exitCode).toBeNull() // still waiting on the audit trail
+    const started = performance.now()
+    served.child.kill('SIGTERM')
+    expect(await served.exited).toBe(1)
+    expect(performance.now() - started).toBeLessThan(2000)
+    expect(served.stderr()).toContain('second signal during shutdown')
   })
 
   test('audit.output stdout puts the trail, and nothing else, on stdout; logs go to stderr as JSON', async () => {

@@ -93,6 +93,19 @@ describe('forwarding', () => {
     expect(upstream.seen.at(-1)).toMatchObject({ method, url: '/base/mcp?q=1' })
   })
 
+  test('a body on DELETE or OPTIONS is forwarded as received, not dropped; over max_body_bytes it is a 413', async () => {
+    for (const method of ['DELETE', 'OPTIONS']) {
+      const res = await fetch(`${h.url}/mcp`, { method, headers: { ...as('alice'), 'content-type': 'application/json' }, body: '{"reason":"done"}' })
+      await res.arrayBuffer()
+      expect(upstream.seen.at(-1)).toMatchObject({ method, body: '{"reason":"done"}' })
+      expect(upstream.seen.at(-1)?.headers['content-length']).toBe('17')
+    }
+    const before = upstream.seen.length
+    const big = await fetch(`${h.url}/mcp`, { method: 'DELETE', headers: as('alice'), body: 'x'.repeat(h.config.limits.maxBodyBytes + 1) })
+    expect(big.status).toBe(413)
+    expect(upstream.seen.length).toBe(before)
+  })
+
   test('hop-by-hop request headers, Authorization and client copies of the identity headers never reach the upstream; MCP headers do', async () => {
     await send(`${h.url}/mcp`, 'POST', {
       'x-wardline-identity': 'alice',

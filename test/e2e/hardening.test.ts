@@ -48,6 +48,11 @@ describe('request targets and headers', () => {
     ['a .. segment', 'GET /../../admin HTTP/1.1'],
     ['a percent-encoded .. segment', 'GET /%2e%2e/%2E%2E/admin HTTP/1.1'],
     ['a . segment', 'GET /./x HTTP/1.1'],
+    // URL parsers read \\ as / and # as the end of the path: /base/..\\admin is /admin to them.
+    ['a backslash after ..', 'GET /mcp/..\\..\\admin HTTP/1.1'],
+    ['a backslash after an encoded ..', 'GET /%2e%2e\\admin HTTP/1.1'],
+    ['a fragment after ..', 'GET /..#frag HTTP/1.1'],
+    ['a .. ended by a path parameter', 'GET /..;/admin HTTP/1.1'],
     ['an absolute-form target', 'GET http://evil.example/healthz HTTP/1.1'],
     ['OPTIONS *', 'OPTIONS * HTTP/1.1'],
   ])('%s is refused with 400 and never reaches the upstream', async (_what, line) => {

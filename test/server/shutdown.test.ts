@@ -1,4 +1,5 @@
-import { request } from 'node:http'
+import { Agent, request } from 'node:http'
+import { connect } from 'node:net'
 import { startRawUpstream } from '../e2e/raw-upstream'
 import { as, readJsonl, startHarness } from '../helpers/harness'
 
@@ -29,6 +30,64 @@ describe('shutdown with a stream still open', () => {
     } finally {
       await h.upstream.close()
       await upstream.close()
+    }
+  })
+})
+
+describe('draining keep-alive connections', () => {
+  test('a request arriving on a kept-alive connection during the drain is answered with Connection: close', async () => {
+    let release = (): void => undefined
+    const upstream = await startRawUpstream((req, res) => {
+      const answer = (): void => {
+        res.writeHead(200, { 'content-type': 'application/json' })
+        res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
+      }
+      if (req.url === '/slow') release = answer // holds the drain open until the test releases it
+      else answer()
+    })
+    const h = await startHarness({ upstreamUrl: upstream.url, config: { shutdown_grace_seconds: 5 } })
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    const get = (path: string): Promise<{ status: number; connection: string | undefined }> => new Promise((resolve, reject) => {
+      request(`${h.url}${path}`, { agent, headers: as('alice') }, (res) => {
+        res.resume()
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }))
+      }).on('error', reject).end()
+    })
+    try {
+      expect(await get('/first')).toEqual({ status: 200, connection: 'keep-alive' })
+      const slow = fetch(`${h.url}/slow`, { headers: as('bob') }) // in flight across the shutdown
+      await new Promise((r) => setTimeout(r, 100))
+      const stopped = h.gateway.shutdown()
+      // The idle keep-alive connection was closed with the listener; a request on a connection that
+      // was busy is still answered, and told the connection ends with it.
+      await expect(get('/after')).rejects.toThrow()
+      release()
+      expect((await slow).headers.get('connection')).toBe('close')
+      await stopped
+    } finally {
+      agent.destroy()
+      await h.upstream.close()
+      await upstream.close()
+    }
+  })
+})
+
+describe('request_timeout_seconds', () => {
+  test('a client trickling its body is cut off with 408, and the request is still audited', async () => {
+    const h = await startHarness({ mode: 'stateless-json', config: { request_timeout_seconds: 0.5 } })
+    try {
+      const socket = connect(Number(new URL(h.url).port), '127.0.0.1')
+      let reply = ''
+      socket.on('data', (c: Buffer) => (reply += c.toString('utf8')))
+      const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+      socket.write('POST /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: alice\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"jsonrpc"')
+      const started = performance.now()
+      await closed
+      expect(performance.now() - started).toBeLessThan(3000)
+      expect(reply).toMatch(/^HTTP\/1\.1 408 /)
+      expect((await h.audit()).at(-1)).toMatchObject({ identity: 'alice', decision: 'error', status: 400 })
+    } finally {
+      await h.close()
     }
   })
 })
