@@ -21,8 +21,9 @@ export class JsonlAuditSink implements AuditSink {
   readonly name: string
   private file: FileHandle | null = null
   private closed = false
+  private reopenRequested = false
 
-  private constructor(path: string | 'stdout') {
+  private constructor(private readonly path: string | 'stdout') {
     this.name = path === 'stdout' ? 'stdout' : `jsonl:${path}`
   }
 
@@ -43,10 +44,24 @@ export class JsonlAuditSink implements AuditSink {
     return sink
   }
 
+  /**
+   * After logrotate renamed the file, lines would go on into the renamed one: SIGHUP asks for a
+   * reopen, done by the next write (writes are sequential, so none is in flight on the old handle).
+   */
+  reopen(): void {
+    if (this.file !== null) this.reopenRequested = true
+  }
+
   async write(entries: readonly AuditEntry[]): Promise<void> {
     if (this.closed) throw new Error(`audit sink ${this.name} is closed`)
     const text = toJsonLines(entries)
     if (this.file !== null) {
+      if (this.reopenRequested) {
+        this.reopenRequested = false
+        const previous = this.file
+        this.file = await open(this.path, 'a') // a failure keeps the old handle: lines still land somewhere
+        await previous.close()
+      }
       await this.file.appendFile(text)
       return
     }

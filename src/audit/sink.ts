@@ -16,6 +16,8 @@ export interface AuditSink {
    * retrying them forever. Sinks without it never reject.
    */
   rejects?(err: unknown): boolean
+  /** Asks a file sink to reopen its path before its next write (log rotation by rename). */
+  reopen?(): void
   close(): Promise<void>
 }
 

@@ -31,6 +31,11 @@ export class AuditTrail {
     for (const w of this.writers) w.record(entries)
   }
 
+  /** SIGHUP: file sinks reopen their paths (log rotation). */
+  reopen(): void {
+    for (const w of this.writers) w.sink.reopen?.()
+  }
+
   async flush(): Promise<void> {
     await Promise.all(this.writers.map((w) => w.flush()))
   }

@@ -121,8 +121,9 @@ export class MemoryBudgetStore implements BudgetStore {
         limit: c.limit,
         windowSeconds: c.windowSeconds,
         remaining: Math.max(0, c.limit - used),
-        // A bucket with no open window would open a full one with the next charge.
-        resetSeconds: w === null ? c.windowSeconds : (w.endsAt - now) / 1000,
+        // A bucket with no open window would open a full one with the next charge. The clamp keeps
+        // float noise ((now + 60000) - now is 60000.000000007 for some now) from announcing 61 s.
+        resetSeconds: w === null ? c.windowSeconds : Math.min(c.windowSeconds, (w.endsAt - now) / 1000),
       }
     }
     return { admitted: refusedBy < 0, buckets, refusedBy }

@@ -128,9 +128,10 @@ export class PostgresBudgetStore implements BudgetStore {
         return result.rows[0]
       },
       (err: Error) => {
-        // After a client-side timeout the connection may still be busy with our statement: drop it
-        // rather than hand a connection in an unknown state to the next check.
-        client.release(/timeout/i.test(err.message) ? err : undefined)
+        // An error the server sent (a lock timeout, our deadline) leaves the connection ready for the
+        // next check; anything else (a client-side timeout, a broken socket) leaves it in an unknown
+        // state, possibly still busy with our statement: drop it rather than hand it on.
+        client.release(isServerError(err) ? undefined : err)
         throw err
       },
     )
@@ -224,6 +225,12 @@ export class PostgresBudgetStore implements BudgetStore {
       query_timeout: remainingMs + LATE_RESULT_GRACE_MS,
     } as QueryConfig
   }
+}
+
+/** pg's DatabaseError: an ErrorResponse from the server, which ends the statement but not the session. */
+function isServerError(err: Error): boolean {
+  // FATAL and PANIC end the session too; only a plain ERROR leaves it usable.
+  return (err as Error & { severity?: unknown }).severity === 'ERROR'
 }
 
 function toResult(charges: readonly BucketCharge[], row: AdmitRow): AdmitResult {

@@ -59,6 +59,7 @@ export function reload(configPath: string, gateway: RunningGateway, log: Logger)
   } catch (err) {
     const problems = err instanceof ConfigError ? err.problems : [describeError(err)]
     log.error('configuration reload rejected: the running configuration is unchanged', { config: configPath, problems })
+    gateway.audit.reopen() // log rotation does not wait for a valid config
     return false
   }
   gateway.reload(next)

@@ -31,7 +31,7 @@ function expandString(text: string, path: string, env: NodeJS.ProcessEnv, r: Rea
         const found = env[name]
         if (found !== undefined && found !== '') return found
         if (fallback !== undefined) return fallback
-        r.note(path, `environment variable ${name} is not set`)
+        r.note(path, `environment variable ${name} is ${found === '' ? 'set but empty' : 'not set'}`)
         return ''
       }),
     )

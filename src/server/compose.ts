@@ -183,6 +183,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const reload = (next: Config): string[] => {
     const restartNeeded = keysNeedingRestart(current, next)
     gateway.replaceStages(stagesFor({ ...current, budget: next.budget, policy: next.policy }))
+    audit.reopen()
     current = { ...current, budget: next.budget, policy: next.policy }
     log.info('configuration reloaded: budget and policy apply to new requests; budget counts kept', { restart_needed_for: restartNeeded })
     if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })

@@ -53,6 +53,7 @@ describe('configuration loading', () => {
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 9000 })
     expect(config.audit.output).toBe('/srv/logs/a.jsonl')
     expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set'])
+    expect(problems(text, { UP: 'http://mcp:3001', AUDIT_PATH: '' })).toEqual(['audit.output: environment variable AUDIT_PATH is set but empty'])
   })
 
   test('a __proto__ key is an ordinary key: unknown at the top level, a name like any other in a map', () => {

@@ -99,6 +99,30 @@ describe('PostgresBudgetStore', () => {
     for (const c of charges) expect(await countOf(c.key)).toBe(admits - refunds)
   }, 20_000)
 
+  test('a lock timeout, an error the server sent, keeps the connection: contention does not turn into reconnects', async () => {
+    const single = testPool(db.url, 1)
+    try {
+      const store = new PostgresBudgetStore(single, { checkTimeoutMs: 300 })
+      const bob = bucket(identityKey('acme', 'bob'), 10)
+      await store.admit([bob])
+      const pid = async (): Promise<number> => (await single.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid
+      const before = await pid()
+      const holder = await pool.connect()
+      try {
+        await holder.query('BEGIN')
+        await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [bob.key])
+        await expect(store.admit([bob])).rejects.toThrow(/lock timeout|deadline/i)
+        await holder.query('COMMIT')
+      } finally {
+        holder.release()
+      }
+      expect(await pid()).toBe(before)
+      expect((await store.admit([bob])).admitted).toBe(true)
+    } finally {
+      await single.end()
+    }
+  })
+
   test('windows follow the database clock: rows carry the server time, not the replica time', async () => {
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
     await store.admit([bucket(identityKey('acme', 'alice'), 5, { windowSeconds: 30 })])

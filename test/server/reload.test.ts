@@ -1,10 +1,10 @@
-import { writeFileSync } from 'node:fs'
+import { renameSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import yaml from 'js-yaml'
 import { reload } from '../../src/cli/serve'
 import { loadConfig } from '../../src/config/load'
 import { silentLogger } from '../../src/log'
-import { MCP_HEADERS, as, configFrom, startHarness, tempDir, toolCall, type Harness } from '../helpers/harness'
+import { MCP_HEADERS, as, configFrom, readJsonl, startHarness, tempDir, toolCall, type Harness } from '../helpers/harness'
 
 async function call(h: Harness, tool: string, identity = 'alice'): Promise<number> {
   const res = await fetch(`${h.url}/mcp`, {
@@ -75,6 +75,27 @@ describe('SIGHUP reload from the file', () => {
       await h.close()
     }
   })
+})
+
+test('SIGHUP reopens the audit file, so rotation by rename works, whether the config file is valid or not', async () => {
+  const h = await startHarness({ mode: 'stateless-json' })
+  const dir = tempDir()
+  const file = join(dir, 'wardline.yaml')
+  try {
+    expect(await call(h, 'echo')).toBe(200)
+    await h.gateway.audit.flush()
+    for (const [rotated, valid] of [[`${h.auditFile}.1`, true], [`${h.auditFile}.2`, false]] as const) {
+      renameSync(h.auditFile, rotated) // what logrotate does before its postrotate kill -HUP
+      writeFileSync(file, yaml.dump(valid ? h.tree : { ...h.tree, log_level: 'loud' }))
+      expect(reload(file, h.gateway, silentLogger())).toBe(valid)
+      expect(await call(h, 'echo', valid ? 'after-1' : 'after-2')).toBe(200)
+      await h.gateway.audit.flush()
+      expect(readJsonl(h.auditFile).map((e) => e.identity)).toEqual([valid ? 'after-1' : 'after-2'])
+    }
+    expect(readJsonl(`${h.auditFile}.1`).map((e) => e.identity)).toEqual(['alice'])
+  } finally {
+    await h.close()
+  }
 })
 
 describe('shutdown_delay_seconds', () => {
