@@ -12,6 +12,11 @@ export interface BudgetReaperOptions {
   readonly batchSize?: number
   /** Batches per run at most, so one run after a flood never holds a connection for long. */
   readonly maxBatches?: number
+  /**
+   * Time to the next run when a run stopped at maxBatches with expired rows left: a flood of new keys
+   * (more than batchSize × maxBatches per interval) is worked off in short runs instead of piling up.
+   */
+  readonly backlogDelayMs?: number
   /** Test hook, as PostgresBudgetStore's: added to the database clock. */
   readonly clockOffsetSeconds?: () => number
 }
@@ -20,6 +25,8 @@ export interface ReapResult {
   /** False when another replica held the reaper lock (it is reaping; this one skipped). */
   readonly ran: boolean
   readonly deleted: number
+  /** True when the run stopped at maxBatches with its last batch full: expired rows are left. */
+  readonly backlog: boolean
 }
 
 /**
@@ -42,11 +49,21 @@ export class BudgetReaper {
   }
 
   start(): void {
-    const intervalMs = this.options.intervalMs ?? 60_000
-    this.timer = setInterval(() => {
-      if (this.running !== null) return
-      void this.runOnce().catch((err) => this.warn.warn('budget-reaper', 'budget reaper failed: will retry', { cause: describeError(err) }))
-    }, intervalMs)
+    this.schedule(this.options.intervalMs ?? 60_000)
+  }
+
+  private schedule(delayMs: number): void {
+    this.timer = setTimeout(() => {
+      this.runOnce().then(
+        (result) => result.backlog ? this.options.backlogDelayMs ?? 1000 : this.options.intervalMs ?? 60_000,
+        (err: unknown) => {
+          this.warn.warn('budget-reaper', 'budget reaper failed: will retry', { cause: describeError(err) })
+          return this.options.intervalMs ?? 60_000
+        },
+      ).then((next) => {
+        if (this.timer !== null) this.schedule(next) // close() clears the timer: no new run after it
+      })
+    }, delayMs)
     this.timer.unref()
   }
 
@@ -56,7 +73,7 @@ export class BudgetReaper {
   }
 
   async close(): Promise<void> {
-    if (this.timer !== null) clearInterval(this.timer)
+    if (this.timer !== null) clearTimeout(this.timer)
     this.timer = null
     await this.running?.catch(() => undefined)
   }
@@ -66,9 +83,10 @@ export class BudgetReaper {
     let broken: Error | undefined
     try {
       const got = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [REAPER_LOCK])
-      if (!got.rows[0].locked) return { ran: false, deleted: 0 }
+      if (!got.rows[0].locked) return { ran: false, deleted: 0, backlog: false }
       try {
         let deleted = 0
+        let full = false
         for (let batch = 0; batch < this.maxBatches; batch++) {
           const result = await client.query(
             `DELETE FROM budget_buckets WHERE key IN (
@@ -78,9 +96,10 @@ export class BudgetReaper {
             [this.batchSize, this.options.clockOffsetSeconds?.() ?? 0],
           )
           deleted += result.rowCount ?? 0
-          if ((result.rowCount ?? 0) < this.batchSize) break
+          full = (result.rowCount ?? 0) === this.batchSize
+          if (!full) break
         }
-        return { ran: true, deleted }
+        return { ran: true, deleted, backlog: full }
       } finally {
         await client.query('SELECT pg_advisory_unlock($1)', [REAPER_LOCK])
       }

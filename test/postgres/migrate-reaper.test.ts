@@ -73,11 +73,28 @@ describe('budget reaper', () => {
     await store.admit([bucket(identityKey('acme', 'long'), 5, { windowSeconds: 600 })])
     await store.admit([bucket(identityKey('acme', 'long'), 5, { windowSeconds: 600 })])
     const reaper = new BudgetReaper(pools[1], silentLogger(), { batchSize: 10, maxBatches: 2, clockOffsetSeconds: () => 60 })
-    expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 20 }) // two batches of ten, then it stops for this run
-    expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 5 })
+    expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 20, backlog: true }) // two batches of ten, then it stops for this run
+    expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 5, backlog: false })
     const left = await pools[0].query('SELECT key, count FROM budget_buckets')
     expect(left.rows).toEqual([{ key: identityKey('acme', 'long'), count: 2 }])
     await reaper.close()
+  })
+
+  test('a backlog larger than one run is worked off in quick follow-up runs, not one run per interval', async () => {
+    const values = Array.from({ length: 100 }, (_, i) => `('old-${i}', 1, now() - interval '1 hour')`).join(', ')
+    await pools[0].query(`INSERT INTO budget_buckets (key, count, ends_at) VALUES ${values}`)
+    // 20 rows a run: with one run per 400 ms interval, 100 rows would take five intervals (2 s).
+    const reaper = new BudgetReaper(pools[1], silentLogger(), { batchSize: 10, maxBatches: 2, intervalMs: 400, backlogDelayMs: 10 })
+    const started = performance.now()
+    reaper.start()
+    try {
+      const remaining = async (): Promise<number> => (await pools[0].query<{ n: number }>('SELECT count(*)::int AS n FROM budget_buckets')).rows[0].n
+      while ((await remaining()) > 0 && performance.now() - started < 5000) await new Promise((r) => setTimeout(r, 20))
+      expect(await remaining()).toBe(0)
+      expect(performance.now() - started).toBeLessThan(1200) // the first interval, then back-to-back runs
+    } finally {
+      await reaper.close()
+    }
   })
 
   test('runs on one replica at a time: a second reaper skips its turn while the first holds the lock', async () => {
@@ -85,7 +102,7 @@ describe('budget reaper', () => {
     try {
       await holder.query('SELECT pg_advisory_lock($1)', [0x776c7270])
       const reaper = new BudgetReaper(pools[3], silentLogger())
-      expect(await reaper.runOnce()).toEqual({ ran: false, deleted: 0 })
+      expect(await reaper.runOnce()).toEqual({ ran: false, deleted: 0, backlog: false })
       await holder.query('SELECT pg_advisory_unlock($1)', [0x776c7270])
       expect((await reaper.runOnce()).ran).toBe(true)
     } finally {
@@ -102,10 +119,10 @@ describe('budget reaper', () => {
       await holder.query('SELECT 1 FROM budget_buckets FOR UPDATE')
       const reaper = new BudgetReaper(pools[3], silentLogger(), { clockOffsetSeconds: () => 60 })
       const started = performance.now()
-      expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 0 })
+      expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 0, backlog: false })
       expect(performance.now() - started).toBeLessThan(1000)
       await holder.query('COMMIT')
-      expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 1 })
+      expect(await reaper.runOnce()).toEqual({ ran: true, deleted: 1, backlog: false })
     } finally {
       holder.release()
     }
