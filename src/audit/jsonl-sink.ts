@@ -57,10 +57,14 @@ export class JsonlAuditSink implements AuditSink {
     const text = toJsonLines(entries)
     if (this.file !== null) {
       if (this.reopenRequested) {
-        this.reopenRequested = false
-        const previous = this.file
-        this.file = await open(this.path, 'a') // a failure keeps the old handle: lines still land somewhere
-        await previous.close()
+        // A failure keeps the old handle (lines still land somewhere) and the request: the next write tries again.
+        const reopened = await open(this.path, 'a').catch(() => null)
+        if (reopened !== null) {
+          this.reopenRequested = false
+          const previous = this.file
+          this.file = reopened
+          await previous.close()
+        }
       }
       await this.file.appendFile(text)
       return

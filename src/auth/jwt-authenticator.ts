@@ -120,10 +120,10 @@ export class JwtAuthenticator implements Authenticator {
   }
 }
 
+/** Parsed, not searched: `access%5Ftoken` is `access_token` to the upstream's query parser too. */
 function hasQueryToken(url: string | undefined): boolean {
   const q = url === undefined ? -1 : url.indexOf('?')
-  if (q < 0 || !(url as string).includes('access_token', q)) return false
-  return new URLSearchParams((url as string).slice(q + 1)).has('access_token')
+  return q >= 0 && new URLSearchParams((url as string).slice(q + 1)).has('access_token')
 }
 
 function invalid(reason: string, detail?: string): AuthFailure {

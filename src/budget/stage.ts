@@ -155,7 +155,7 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
       'retry-after': String(retryAfter),
       // A 429 is about this caller at this moment: no cache may replay it to anyone else.
       'cache-control': 'no-store',
-      ...rateLimitFields(result.buckets, charges),
+      ...rateLimitFields(result.buckets, charges, result.refusedBy),
     },
   }
 }
@@ -165,8 +165,9 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
  * that applies, named by its kind; q = limit, w = window, r = remaining, t = seconds to reset. Item
  * names must be unique, so a batch calling several listed tools gets the tightest tool bucket only.
  */
-function rateLimitFields(buckets: readonly BucketState[], charges: readonly Charge[]): Record<string, string> {
-  const tool = tightestTool(buckets)
+function rateLimitFields(buckets: readonly BucketState[], charges: readonly Charge[], refusedBy = -1): Record<string, string> {
+  // On a 429 the tool item is the bucket that refused, so RateLimit and Retry-After tell one story.
+  const tool = refusedBy >= 0 && buckets[refusedBy].kind === 'tool' ? refusedBy : tightestTool(buckets)
   let policy = ''
   let state = ''
   for (let i = 0; i < buckets.length; i++) {

@@ -4,6 +4,9 @@ import { ConfigError, describeError } from '../errors'
 import { createLogger, type Logger } from '../log'
 import { type RunningGateway, startGateway } from '../server/compose'
 
+/** A second SIGTERM/SIGINT sooner than this after the first is the same request delivered twice. */
+const REPEATED_SIGNAL_MS = 1000
+
 /**
  * `wardline serve`: starts the gateway and stops it gracefully on SIGTERM/SIGINT (exit 0), or
  * reports why it could not start on one line (exit 1).
@@ -25,14 +28,17 @@ export async function serve(configPath: string): Promise<RunningGateway> {
     process.stderr.write(`wardline: cannot start: ${describeError(err)}\n`)
     process.exit(1)
   }
-  let stopping = false
+  let stoppingSince: number | null = null
   const stop = (signal: string): void => {
-    if (stopping) {
+    if (stoppingSince !== null) {
+      // Ctrl-C under npm or another runner reaches the process twice within milliseconds (the terminal
+      // signals the group, the runner forwards): only a second signal a moment later means "now".
+      if (Date.now() - stoppingSince < REPEATED_SIGNAL_MS) return
       // The operator asked twice: the graceful path is stuck or too slow for them. Stop now.
       log.error('second signal during shutdown: exiting at once; entries still queued for the audit trail are lost', { signal })
       process.exit(1)
     }
-    stopping = true
+    stoppingSince = Date.now()
     log.info('shutting down', { signal })
     gateway.shutdown().then(
       () => process.exit(0),

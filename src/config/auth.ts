@@ -17,9 +17,12 @@ export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => 
   const mode = r.oneOf(o.mode, 'auth.mode', ['jwt', 'header'] as const, 'jwt')
   const given = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
   if (given !== null) checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])
-  // Serialized by the URL parser: a `"` or a space is percent-encoded, so the value cannot end the
-  // quoted string it goes into in WWW-Authenticate.
+  // Serialized by the URL parser (a `"` or a space in the path is percent-encoded), then held to
+  // printable ASCII without `"` and `\`: it goes into a quoted string in WWW-Authenticate.
   const resourceMetadataUrl = given === null ? null : canonicalUrl(given)
+  if (resourceMetadataUrl !== null && /["\\]|[^\x21-\x7e]/.test(resourceMetadataUrl)) {
+    r.note('auth.resource_metadata_url', 'must not contain " or \\ or characters outside printable ASCII (percent-encode them)')
+  }
   const resourceMetadata = readResourceMetadata(r, o.resource_metadata)
   if (mode === 'header') {
     if (o.jwt !== undefined) r.note('auth.jwt', 'is only used with auth.mode: jwt')

@@ -15,6 +15,13 @@ function tooLarge(maxBodyBytes: number): Refusal {
   }
 }
 
+const PREFLIGHT_WITH_BODY: Refusal = {
+  status: 400,
+  decision: 'error',
+  reason: 'a CORS preflight (no credentials) with a body: nothing unauthenticated is forwarded with content',
+  message: 'Bad request',
+}
+
 /** A request that announces a body (RFC 9112 §6.3): a non-zero Content-Length or any Transfer-Encoding. */
 function hasBody(ex: Exchange): boolean {
   const h = ex.req.headers
@@ -26,23 +33,42 @@ function hasBody(ex: Exchange): boolean {
  * forwarded as received (capped like any body) rather than silently dropped.
  */
 async function readOpaqueBody(ex: Exchange, maxBodyBytes: number, tooLargeRefusal: Refusal): Promise<Verdict> {
+  // Only a CORS preflight gets here without a verified caller, and a preflight has no body.
+  if (ex.principal === null) return PREFLIGHT_WITH_BODY
   const read = await readBody(ex.req, maxBodyBytes)
   if (read.ok) {
     ex.body = read.body
     return CONTINUE
   }
   if (read.tooLarge) return tooLargeRefusal
-  return { status: 400, decision: 'error', reason: read.error.message, message: 'Request body could not be read' }
+  return unreadable(ex, read.error)
 }
 
-/** The charset parameter of a Content-Type, lower-cased, or null when there is none. */
-function charsetOf(contentType: string | undefined): string | null {
+/**
+ * A body that stopped arriving. When request_timeout_seconds ran out, Node has already answered 408
+ * on the socket and destroyed it with ERR_HTTP_REQUEST_TIMEOUT: the audit says that, not a 400.
+ */
+function unreadable(ex: Exchange, err: Error): Refusal {
+  if ((ex.req.socket.errored as NodeJS.ErrnoException | null)?.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    return { status: 408, decision: 'error', reason: 'request not received within request_timeout_seconds', message: 'Request timeout' }
+  }
+  return { status: 400, decision: 'error', reason: err.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }
+}
+
+/**
+ * The first charset parameter of a Content-Type that is not UTF-8, lower-cased, or null. Every one
+ * is looked at: parsers disagree on which of two `charset=` counts (the SDK's takes the last).
+ */
+function foreignCharset(contentType: string | undefined): string | null {
   if (contentType === undefined || !contentType.includes('=')) return null
-  const m = CHARSET.exec(contentType)
-  return m === null ? null : (m[1] ?? m[2]).toLowerCase()
+  for (const m of contentType.matchAll(CHARSET)) {
+    const charset = (m[1] ?? m[2]).toLowerCase()
+    if (charset !== 'utf-8' && charset !== 'utf8') return charset
+  }
+  return null
 }
 
-const CHARSET = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i
+const CHARSET = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/gi
 
 /**
  * Reads the POST body (capped), parses it as JSON-RPC and records the calls on the Exchange. Other
@@ -59,8 +85,8 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
         // A compressed body cannot be inspected, and an uninspected body must not pass a gate.
         return { status: 415, decision: 'error', reason: `content-encoding ${encoding} is not supported`, message: 'Compressed request bodies are not supported' }
       }
-      const charset = charsetOf(ex.req.headers['content-type'])
-      if (charset !== null && charset !== 'utf-8' && charset !== 'utf8') {
+      const charset = foreignCharset(ex.req.headers['content-type'])
+      if (charset !== null) {
         // The gateway judges the body as UTF-8; an upstream that honours another charset (UTF-7, say)
         // would read other bytes, another tool name, than the one budget and policy judged.
         return { status: 415, decision: 'error', reason: `content-type charset ${charset} is not supported`, message: 'Request bodies must be UTF-8' }
@@ -68,7 +94,7 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
       const read = await readBody(ex.req, maxBodyBytes)
       if (!read.ok) {
         if (read.tooLarge) return tooLargeRefusal
-        return { status: 400, decision: 'error', reason: read.error.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }
+        return unreadable(ex, read.error)
       }
       ex.body = read.body
       const parsed = parseMessages(read.body)

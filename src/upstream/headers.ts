@@ -58,7 +58,7 @@ export function clientResponseHeaders(headers: IncomingHttpHeaders, own: Readonl
   const named = connectionTokens(headers.connection)
   const out: string[] = []
   for (const name in headers) {
-    if (DROPPED_RESPONSE.has(name) || (named !== null && named.has(name)) || (own !== null && name in own)) continue
+    if (DROPPED_RESPONSE.has(name) || (named !== null && named.has(name)) || (own !== null && Object.hasOwn(own, name))) continue
     const value = headers[name]
     if (value === undefined) continue
     if (Array.isArray(value)) for (const v of value) out.push(name, v)

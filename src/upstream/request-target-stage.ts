@@ -37,9 +37,10 @@ const SEPARATOR_LOOKALIKE: Refusal = {
   rpcCode: INVALID_REQUEST,
 }
 
-// `.` or `..` as a whole segment, literally or percent-encoded (%2e), before any query. A `;` ends a
-// segment too for servers that strip path parameters (`/..;/admin` is `/../admin` to them).
-const DOT_SEGMENT_PATTERN = /(?:^|\/)(?:\.|%2e){1,2}(?:[/;]|$)/i
+// `.` or `..` as a whole segment, literally or percent-encoded (%2e), before any query. Segments end
+// at `/` or at what some servers decode or strip into one: %2f, %5c (`\`), and `;` or %3b (path
+// parameters: `/..;/admin` is `/../admin` to them).
+const DOT_SEGMENT_PATTERN = /(?:^|\/|%2f|%5c)(?:\.|%2e){1,2}(?:[/;]|%2f|%5c|%3b|$)/i
 
 /**
  * Runs after authentication: only the methods MCP uses, and only origin-form paths that stay inside

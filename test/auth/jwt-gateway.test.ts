@@ -5,7 +5,7 @@ import { connect } from 'node:net'
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { type Harness, MCP_HEADERS, rpc, startHarness, toolCall } from '../helpers/harness'
+import { type Harness, MCP_HEADERS, configProblems, rpc, startHarness, toolCall } from '../helpers/harness'
 import { SECRET, hour, hs, rsaKey, signWith, unsigned } from './forge'
 
 const JWT = { mode: 'jwt', jwt: { secret: SECRET, issuer: 'https://idp.example', audience: 'wardline' } }
@@ -105,7 +105,7 @@ describe('jwt mode through the gateway', () => {
     const before = h.upstream.seen.length
     // Refused even beside a valid header: forwarded, the query would hand the token to the upstream.
     for (const headers of [{}, bearer(token)]) {
-      const query = await post(h, rpc('tools/list'), headers, `/mcp?x=1&access_token=${token}`)
+      const query = await post(h, rpc('tools/list'), headers, `/mcp?x=1&access%5Ftoken=${token}`) // decoded upstream too
       expect(query.status).toBe(401)
       expect(query.headers.get('www-authenticate')).toContain('error="invalid_request"')
       const text = await query.text()
@@ -224,6 +224,13 @@ describe('OAuth protected resource metadata (RFC 9728)', () => {
       expect((await odd.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', status: 401, reason: 'token has no "ユーザー" claim' })
     } finally {
       await odd.close()
+    }
+  })
+
+  test('a resource_metadata_url that would still break the quoted string is a config error', () => {
+    for (const url of ['https://a"b.example/meta', 'https://as.example/meta?x=\\']) {
+      expect(configProblems(`upstream: http://127.0.0.1:1\nauth:\n  mode: header\n  resource_metadata_url: '${url}'\n`))
+        .toEqual(['auth.resource_metadata_url: must not contain " or \\ or characters outside printable ASCII (percent-encode them)'])
     }
   })
 

@@ -209,6 +209,18 @@ test('a batch calling two listed tools names one "tool" item, the tightest, so e
   expect(next.headers.get('ratelimit')).toBe('"tool";r=0;t=60, "identity";r=3;t=60')
 })
 
+test('on a 429 the "tool" item is the bucket that refused, even when another tool has fewer left', async () => {
+  const tools = { echo: { requests_per_window: 5, window_seconds: 60 }, whoami: { requests_per_window: 2, window_seconds: 30 } }
+  h = await startBudgetHarness({ budget: { requests_per_window: 100, window_seconds: 60, tools } })
+  const whoami = (id: number) => toolCall('whoami', {}, id)
+  expect((await h.post([echo(1), echo(2), echo(3), whoami(4)])).status).toBe(200) // echo: 2 left, whoami: 1 left
+  const res = await h.post([echo(5), echo(6), echo(7), whoami(8)]) // echo needs 3 of its 2: refused
+  expect(res.status).toBe(429)
+  expect(res.json.error.data).toEqual({ bucket: 'tool', retry_after_seconds: 60 })
+  expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=5;w=60, "identity";q=100;w=60')
+  expect(res.headers.get('ratelimit')).toBe('"tool";r=2;t=60, "identity";r=96;t=60')
+})
+
 describe('exactness under load', () => {
   test('50 concurrent callers against a limit of 10 get exactly 10 answers from the MCP server', async () => {
     h = await startBudgetHarness({ budget: { requests_per_window: 100, tools: { expensive_tool: { requests_per_window: 10, window_seconds: 60 } } } })

@@ -124,7 +124,8 @@ describe('requests the gateway refuses itself', () => {
     // In UTF-7, +ACI- is a quote: judged as UTF-8 this calls "echo+ACI-,…"; decoded as UTF-7, expensive_tool.
     const smuggled = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo+ACI-,+ACI-name+ACI-:+ACI-expensive_tool"}}'
     const { entries, upstreamRequests } = await observe(async () => {
-      for (const type of ['application/json; charset=utf-7', 'application/json;charset="UTF-16"']) {
+      // The SDK's parser takes the last of two charset parameters: any foreign one refuses the body.
+      for (const type of ['application/json; charset=utf-7', 'application/json;charset="UTF-16"', 'application/json; charset=utf-8; charset=utf-7']) {
         const res = await post(smuggled, { ...HEADERS, 'content-type': type })
         expect(res.status).toBe(415)
         expect(res.json).toEqual({ jsonrpc: '2.0', id: null, error: { code: 415, message: 'Request bodies must be UTF-8' } })
@@ -134,6 +135,7 @@ describe('requests the gateway refuses itself', () => {
     expect(entries).toEqual([
       expect.objectContaining({ decision: 'error', status: 415, reason: 'content-type charset utf-7 is not supported' }),
       expect.objectContaining({ decision: 'error', status: 415, reason: 'content-type charset utf-16 is not supported' }),
+      expect.objectContaining({ decision: 'error', status: 415, reason: 'content-type charset utf-7 is not supported' }),
     ])
     for (const type of ['application/json; charset=utf-8', 'application/json; charset="UTF-8"', 'application/json']) {
       expect((await post(JSON.stringify(rpc('tools/list')), { ...HEADERS, 'content-type': type })).status).toBe(200)

@@ -53,6 +53,8 @@ describe('request targets and headers', () => {
     ['a backslash after an encoded ..', 'GET /%2e%2e\\admin HTTP/1.1'],
     ['a fragment after ..', 'GET /..#frag HTTP/1.1'],
     ['a .. ended by a path parameter', 'GET /..;/admin HTTP/1.1'],
+    ['a .. between encoded separators', 'GET /x%2f..%5cadmin HTTP/1.1'],
+    ['a .. ended by an encoded ;', 'GET /..%3B/admin HTTP/1.1'],
     ['an absolute-form target', 'GET http://evil.example/healthz HTTP/1.1'],
     ['OPTIONS *', 'OPTIONS * HTTP/1.1'],
   ])('%s is refused with 400 and never reaches the upstream', async (_what, line) => {
@@ -104,6 +106,13 @@ describe('request targets and headers', () => {
     const seen = upstream.seen.at(-1)!
     expect(seen.method).toBe('OPTIONS')
     expect(seen.headers['x-wardline-identity']).toBeUndefined()
+    // Without credentials, nothing with content goes upstream: a preflight with a body is refused.
+    const before = upstream.seen.length
+    const smuggled = await fetch(`${h.url}/mcp`, {
+      method: 'OPTIONS', headers: { origin: 'http://app.example', 'access-control-request-method': 'POST' }, body: JSON.stringify(toolCall('echo')),
+    })
+    expect(smuggled.status).toBe(400)
+    expect(upstream.seen.length).toBe(before)
   })
 
   test('/metrics is answered locally whatever the method: never proxied, never audited', async () => {

@@ -35,7 +35,7 @@ describe('shutdown with a stream still open', () => {
 })
 
 describe('draining keep-alive connections', () => {
-  test('a request arriving on a kept-alive connection during the drain is answered with Connection: close', async () => {
+  test('at shutdown the idle keep-alive connection is closed, and a response still in flight says Connection: close', async () => {
     let release = (): void => undefined
     const upstream = await startRawUpstream((req, res) => {
       const answer = (): void => {
@@ -85,7 +85,7 @@ describe('request_timeout_seconds', () => {
       await closed
       expect(performance.now() - started).toBeLessThan(3000)
       expect(reply).toMatch(/^HTTP\/1\.1 408 /)
-      expect((await h.audit()).at(-1)).toMatchObject({ identity: 'alice', decision: 'error', status: 400 })
+      expect((await h.audit()).at(-1)).toMatchObject({ identity: 'alice', decision: 'error', status: 408, reason: 'request not received within request_timeout_seconds' })
     } finally {
       await h.close()
     }
