@@ -36,6 +36,26 @@ async function countOf(key: string): Promise<number | null> {
   return r.rows.length === 0 ? null : r.rows[0].count
 }
 
+/**
+ * Holds the caller's identity row lock while one call goes through (it must fail open, answered 200
+ * in well under the lock's hold), keeps the lock `holdMs` more, then gives a late commit time to land.
+ */
+async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number): Promise<void> {
+  const holder = await pool.connect()
+  try {
+    await holder.query('BEGIN')
+    await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [identityKey('acme', identity)])
+    const started = performance.now()
+    expect((await call(h, identity, 2)).status).toBe(200)
+    expect(performance.now() - started).toBeLessThan(1500)
+    await new Promise((resolve) => setTimeout(resolve, holdMs))
+    await holder.query('COMMIT')
+  } finally {
+    holder.release()
+  }
+  await pool.query('SELECT pg_sleep(0.2)')
+}
+
 describe('gateway with postgres_storage', () => {
   test('startup fails with one clear line within a few seconds when the database is unreachable', async () => {
     const dir = tempDir()
@@ -143,20 +163,7 @@ describe('gateway with postgres_storage', () => {
     try {
       expect((await call(h, 'frank')).status).toBe(200)
       expect(await countOf(key)).toBe(1)
-      const holder = await pool.connect()
-      try {
-        await holder.query('BEGIN')
-        await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [key])
-        const started = performance.now()
-        const res = await call(h, 'frank', 2)
-        expect(res.status).toBe(200)
-        expect(performance.now() - started).toBeLessThan(1500)
-        await new Promise((resolve) => setTimeout(resolve, 300)) // the lock outlives the check
-        await holder.query('COMMIT')
-      } finally {
-        holder.release()
-      }
-      await pool.query('SELECT pg_sleep(0.1)')
+      await failsOpenUnderLock(h, 'frank', 300) // the lock outlives the check
       expect(await countOf(key)).toBe(1)
       const reasons = (await h.audit()).filter((e) => e.identity === 'frank').map((e) => e.reason ?? '')
       expect(reasons[0]).toBe('')
@@ -172,19 +179,7 @@ describe('gateway with postgres_storage', () => {
     try {
       expect((await call(h, 'grace')).status).toBe(200)
       h.gateway.reload(configFrom({ ...h.tree, budget: { requests_per_window: 1000, window_seconds: 60, check_timeout_seconds: 0.3 } }))
-      const holder = await pool.connect()
-      try {
-        await holder.query('BEGIN')
-        await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [key])
-        const started = performance.now()
-        expect((await call(h, 'grace', 2)).status).toBe(200)
-        expect(performance.now() - started).toBeLessThan(1500)
-        await new Promise((resolve) => setTimeout(resolve, 1000)) // well past the new bound, far short of the old one
-        await holder.query('COMMIT')
-      } finally {
-        holder.release()
-      }
-      await pool.query('SELECT pg_sleep(0.2)')
+      await failsOpenUnderLock(h, 'grace', 1000) // well past the new bound, far short of the old one
       expect(await countOf(key)).toBe(1) // the check given up on never charged
       expect((await h.audit()).filter((e) => e.identity === 'grace').at(-1)?.reason).toMatch(/^budget check failed open: /)
       h.gateway.reload(configFrom(h.tree)) // a reload in the middle of an outage does not hide it
