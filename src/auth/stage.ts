@@ -47,7 +47,7 @@ export function authStage(authenticator: Authenticator, config: AuthConfig): Sta
   }
 }
 
-/** RFC 6750 §3: error_description is printable ASCII without `"` and `\\` (a claim name may be anything). */
+/** RFC 6750 §3: error_description is printable ASCII without `"` and `\` (a claim name may be anything). */
 const NOT_DESCRIPTION_CHAR = /[^\x20\x21\x23-\x5b\x5d-\x7e]/g
 
 function describe(reason: string): string {
