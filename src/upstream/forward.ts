@@ -45,6 +45,12 @@ export class Upstream {
    * only while nothing has been sent to the client yet, so the caller can still answer 502/504.
    */
   forward(ex: Exchange): Promise<void> {
+    // The client left while a stage was running (a budget check, a JWKS fetch): nothing to forward,
+    // and its 'close' came before any listener here could hear it.
+    if (ex.res.destroyed) {
+      clientLeft(ex)
+      return Promise.resolve()
+    }
     const req = ex.req
     const headers = upstreamRequestHeaders(req.rawHeaders, req.headers)
     if (ex.principal !== null) {
@@ -90,6 +96,13 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   private started = false
   private settled = false
   /**
+   * A sized response's status and headers, held until its first body bytes (or its end): Node then
+   * sends head and body in one write, and an upstream that dies in between still gets the client an
+   * honest 502 instead of a 200 head and a reset.
+   */
+  private heldStatus = 0
+  private heldHeaders: string[] | null = null
+  /**
    * upstream_timeout_seconds counts from the moment the request is handed to the pool: undici's own
    * headersTimeout starts only once a connection is free, so a request queued behind a saturated pool
    * would otherwise wait without bound.
@@ -121,15 +134,31 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     const out = clientResponseHeaders(headers, extra)
     if (extra !== null) for (const name in extra) out.push(name, extra[name])
     out.push('x-wardline-request-id', this.ex.requestId)
-    this.ex.status = statusCode
-    res.writeHead(statusCode, out)
     // SSE (no content-length): send the headers now rather than with the first event, which may be
-    // minutes away. A sized body follows at once, and Node then sends headers and body in one write;
-    // flushing here cost a second socket write per response (12% of the gateway's sampled time).
-    if (headers['content-length'] === undefined) res.flushHeaders()
+    // minutes away. A sized body follows at once: flushing its head separately cost a second socket
+    // write per response (12% of the gateway's sampled time).
+    if (headers['content-length'] === undefined) {
+      this.writeHead(statusCode, out)
+      res.flushHeaders()
+    } else {
+      this.heldStatus = statusCode
+      this.heldHeaders = out
+    }
+  }
+
+  private writeHead(status: number, headers: string[]): void {
+    this.ex.status = status
+    this.ex.res.writeHead(status, headers)
+  }
+
+  private writeHeldHead(): void {
+    if (this.heldHeaders === null) return
+    this.writeHead(this.heldStatus, this.heldHeaders)
+    this.heldHeaders = null
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.writeHeldHead()
     if (!this.ex.res.write(chunk)) {
       controller.pause()
       this.ex.res.once('drain', this.onDrain)
@@ -137,13 +166,18 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    this.writeHeldHead()
     this.ex.res.end()
     this.finish()
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
     if (this.ex.aborted) return this.finish() // our own abort after the client left
-    if (!this.started) return this.fail(classify(err))
+    // Nothing sent to the client yet (not even a held head): the gateway can still answer 502.
+    if (!this.started || this.heldHeaders !== null) {
+      this.heldHeaders = null
+      return this.fail(classify(err))
+    }
     this.ex.aborted = true
     this.ex.decision = 'error'
     this.ex.reason = `upstream response broke off: ${describeError(err)}`
@@ -157,9 +191,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   private readonly onClientClose = (): void => {
     if (this.settled || this.ex.res.writableFinished) return
-    this.ex.aborted = true
-    if (!this.ex.reason) this.ex.reason = 'client closed the connection'
-    if (this.ex.status === 0) this.ex.status = 499 // nginx's "client closed request": nothing was answered
+    clientLeft(this.ex)
     this.controller?.abort(new Error('client closed the connection'))
     this.finish()
   }
@@ -191,6 +223,12 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.ex.res.off('close', this.onClientClose)
     this.ex.res.off('drain', this.onDrain)
   }
+}
+
+function clientLeft(ex: Exchange): void {
+  ex.aborted = true
+  if (!ex.reason) ex.reason = 'client closed the connection'
+  if (ex.status === 0) ex.status = 499 // nginx's "client closed request": nothing was answered
 }
 
 /** One module-level timer callback instead of a closure per request. */

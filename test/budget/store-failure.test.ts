@@ -114,3 +114,29 @@ describe('startup', () => {
     expect(JSON.parse(await text('/readyz'))).toMatchObject({ status: 'ready', budget_fail_opens_last_minute: 0 })
   })
 })
+
+/** A store that takes its time: the client can leave while the check runs. */
+class SlowStore implements BudgetStore {
+  constructor(private readonly ms: number) {}
+  async admit(charges: Parameters<BudgetStore['admit']>[0]): Promise<AdmitResult> {
+    await new Promise((resolve) => setTimeout(resolve, this.ms))
+    return { admitted: true, refusedBy: -1, buckets: charges.map((c) => ({ kind: c.kind, name: c.name, limit: c.limit, windowSeconds: c.windowSeconds, remaining: c.limit - c.cost, resetSeconds: c.windowSeconds })) }
+  }
+  async close(): Promise<void> {}
+}
+
+test('a client that leaves while its budget check runs is audited 499, not as an upstream failure, and nothing is forwarded', async () => {
+  h = await startBudgetHarness({ budget: { requests_per_window: 5 }, store: new SlowStore(300) })
+  const before = h.upstream.seen.length
+  const gone = new AbortController()
+  const call = fetch(`${h.url}/mcp`, {
+    method: 'POST', headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body: JSON.stringify(echo()), signal: gone.signal,
+  }).catch(() => 'aborted')
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  gone.abort()
+  expect(await call).toBe('aborted')
+  await new Promise((resolve) => setTimeout(resolve, 400)) // the check finishes after the client left
+  expect(h.upstream.seen.length).toBe(before)
+  expect((await h.audit()).at(-1)).toMatchObject({ method: 'tools/call', status: 499, reason: 'client closed the connection' })
+})

@@ -152,6 +152,21 @@ describe('upstream failures', () => {
     expect(entry).toMatchObject({ decision: 'error', status: 502 })
   })
 
+  test('an upstream that sends a sized head and dies before its body is a 502, not a 200 head and a reset', async () => {
+    upstream = await startRawUpstream((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' })
+      res.flushHeaders()
+      setTimeout(() => req.socket.destroy(), 20)
+    })
+    h = await startHarness({ upstreamUrl: upstream.url })
+    const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: POST, body: JSON.stringify(toolCall('echo', {}, 4)) })
+    expect(res.status).toBe(502)
+    expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: 4, error: { code: 502 } })
+    const [entry] = await h.audit()
+    expect(entry).toMatchObject({ decision: 'error', status: 502 })
+    expect(entry.reason).toMatch(/^WL_UPSTREAM_FAILED: /)
+  })
+
   test('an upstream that breaks off mid-stream cuts the client connection and is audited as an error', async () => {
     upstream = await startRawUpstream((req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
