@@ -16,10 +16,9 @@ export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => 
   const o = r.object(value, 'auth', ['mode', 'jwt', 'resource_metadata_url', 'resource_metadata'])
   const mode = r.oneOf(o.mode, 'auth.mode', ['jwt', 'header'] as const, 'jwt')
   const given = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
-  if (given !== null) checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])
   // Serialized by the URL parser (a `"` or a space in the path is percent-encoded), then held to
   // printable ASCII without `"` and `\`: it goes into a quoted string in WWW-Authenticate.
-  const resourceMetadataUrl = given === null ? null : canonicalUrl(given)
+  const resourceMetadataUrl = given === null ? null : checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])?.href ?? given
   if (resourceMetadataUrl !== null && /["\\]|[^\x21-\x7e]/.test(resourceMetadataUrl)) {
     r.note('auth.resource_metadata_url', 'must not contain " or \\ or characters outside printable ASCII (percent-encode them)')
   }
@@ -104,22 +103,16 @@ function readStringOrList(r: Reader, value: unknown, path: string): string[] {
   })
 }
 
-function canonicalUrl(value: string): string {
-  try {
-    return new URL(value).href
-  } catch {
-    return value // already reported by checkUrl
-  }
-}
-
-export function checkUrl(r: Reader, value: string, path: string, protocols: readonly string[]): void {
+/** Notes a value that is not an absolute URL with one of `protocols`; returns the parsed URL when it parses. */
+export function checkUrl(r: Reader, value: string, path: string, protocols: readonly string[]): URL | null {
   let url: URL
   try {
     url = new URL(value)
   } catch {
     r.note(path, 'must be an absolute URL')
-    return
+    return null
   }
   if (!protocols.includes(url.protocol)) r.note(path, `must use ${protocols.map((p) => p.slice(0, -1)).join(' or ')}`)
+  return url
 }
 

@@ -2,16 +2,16 @@ import type { Exchange } from '../pipeline/exchange'
 import { PARSE_ERROR } from '../pipeline/methods'
 import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { parseMessages } from './parse'
-import { readBody } from './read-body'
+import { type BodyResult, readBody } from './read-body'
 
 function tooLarge(maxBodyBytes: number): Refusal {
   return {
-  status: 413,
-  decision: 'error',
-  reason: `request body larger than max_body_bytes (${maxBodyBytes})`,
-  message: 'Request body too large',
-  data: { max_body_bytes: maxBodyBytes },
-  headers: { connection: 'close' },
+    status: 413,
+    decision: 'error',
+    reason: `request body larger than max_body_bytes (${maxBodyBytes})`,
+    message: 'Request body too large',
+    data: { max_body_bytes: maxBodyBytes },
+    headers: { connection: 'close' },
   }
 }
 
@@ -35,13 +35,16 @@ function hasBody(ex: Exchange): boolean {
 async function readOpaqueBody(ex: Exchange, maxBodyBytes: number, tooLargeRefusal: Refusal): Promise<Verdict> {
   // Only a CORS preflight gets here without a verified caller, and a preflight has no body.
   if (ex.principal === null) return PREFLIGHT_WITH_BODY
-  const read = await readBody(ex.req, maxBodyBytes)
+  return keepBody(ex, await readBody(ex.req, maxBodyBytes), tooLargeRefusal) ?? CONTINUE
+}
+
+/** Puts a body that was read whole on the Exchange (null), or says why it was not. */
+function keepBody(ex: Exchange, read: BodyResult, tooLargeRefusal: Refusal): Refusal | null {
   if (read.ok) {
     ex.body = read.body
-    return CONTINUE
+    return null
   }
-  if (read.tooLarge) return tooLargeRefusal
-  return unreadable(ex, read.error)
+  return read.tooLarge ? tooLargeRefusal : unreadable(ex, read.error)
 }
 
 /**
@@ -91,13 +94,9 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
         // would read other bytes, another tool name, than the one budget and policy judged.
         return { status: 415, decision: 'error', reason: `content-type charset ${charset} is not supported`, message: 'Request bodies must be UTF-8' }
       }
-      const read = await readBody(ex.req, maxBodyBytes)
-      if (!read.ok) {
-        if (read.tooLarge) return tooLargeRefusal
-        return unreadable(ex, read.error)
-      }
-      ex.body = read.body
-      const parsed = parseMessages(read.body)
+      const unread = keepBody(ex, await readBody(ex.req, maxBodyBytes), tooLargeRefusal)
+      if (unread !== null) return unread
+      const parsed = parseMessages(ex.body as Buffer)
       if (!parsed.ok) {
         return {
           status: 400,

@@ -41,24 +41,28 @@ export class BudgetReaper {
   private readonly warn: RateLimitedLog
   private readonly batchSize: number
   private readonly maxBatches: number
+  private readonly intervalMs: number
+  private readonly backlogDelayMs: number
 
   constructor(private readonly pool: Pool, log: Logger, private readonly options: BudgetReaperOptions = {}) {
     this.warn = new RateLimitedLog(log)
     this.batchSize = options.batchSize ?? 1000
     this.maxBatches = options.maxBatches ?? 20
+    this.intervalMs = options.intervalMs ?? 60_000
+    this.backlogDelayMs = options.backlogDelayMs ?? 1000
   }
 
   start(): void {
-    this.schedule(this.options.intervalMs ?? 60_000)
+    this.schedule(this.intervalMs)
   }
 
   private schedule(delayMs: number): void {
     this.timer = setTimeout(() => {
       this.runOnce().then(
-        (result) => result.backlog ? this.options.backlogDelayMs ?? 1000 : this.options.intervalMs ?? 60_000,
+        (result) => (result.backlog ? this.backlogDelayMs : this.intervalMs),
         (err: unknown) => {
           this.warn.warn('budget-reaper', 'budget reaper failed: will retry', { cause: describeError(err) })
-          return this.options.intervalMs ?? 60_000
+          return this.intervalMs
         },
       ).then((next) => {
         if (this.timer !== null) this.schedule(next) // close() clears the timer: no new run after it

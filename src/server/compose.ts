@@ -123,7 +123,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
   }, (req, res) => {
     // Draining: answer what arrives on a kept-alive connection, but close the connection after it
-    // (the gateway does the same for proxied requests, including those already in flight).
+    // (gateway.drain() does the same for proxied requests already in flight).
     if (shuttingDown) res.shouldKeepAlive = false
     if (!routes.handle(req, res)) void gateway.handle(req, res)
   })

@@ -12,8 +12,6 @@ import type { Upstream } from '../upstream/forward'
 export class Gateway {
   /** Requests between arrival and their audit record. */
   private readonly running = new Set<Exchange>()
-  /** Set at shutdown: every response from now on closes its connection instead of keeping it alive. */
-  private draining = false
   /** Set when shutdown closes the connections still open, so their entries say who closed them. */
   cuttingConnections = false
 
@@ -23,11 +21,10 @@ export class Gateway {
   }
 
   /**
-   * Shutdown: responses not yet started, and those of requests still to come on connections already
-   * open, carry `Connection: close`, so no client sends another request on a connection about to go.
+   * Shutdown: responses not yet started carry `Connection: close`, so no client sends another request
+   * on a connection about to go (compose.ts does the same for requests that arrive from now on).
    */
   drain(): void {
-    this.draining = true
     for (const ex of this.running) if (!ex.res.headersSent) ex.res.shouldKeepAlive = false
   }
 
@@ -45,7 +42,6 @@ export class Gateway {
 
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
-    if (this.draining) res.shouldKeepAlive = false
     this.running.add(ex)
     try {
       const refusal = await runStages(this.stages, ex)
