@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
@@ -183,7 +184,7 @@ export class AuditWriter {
           return
         }
         this.warn.warn(`audit-retry:${this.sink.name}`, 'audit write failed: retrying', { sink: this.sink.name, attempt, cause: describeError(err) })
-        await new Promise((resolve) => setTimeout(resolve, this.closed ? Math.min(delay, 50) : delay))
+        await sleep(this.closed ? Math.min(delay, 50) : delay)
         delay = Math.min(delay * 2, 5000)
       }
     }

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http'
 import type { Pool } from 'pg'
 import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { JsonlAuditSink } from '../audit/jsonl-sink'
 import { AuditTrail } from '../audit/trail'
 import { PostgresAuditSink } from '../audit/postgres-sink'
@@ -146,13 +147,13 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       if (config.shutdownDelaySeconds > 0) {
         // Keep serving while /readyz says 503, so load balancers stop sending before connections are refused.
         log.info('not ready: still serving during shutdown_delay_seconds', { seconds: config.shutdownDelaySeconds })
-        await new Promise((r) => setTimeout(r, config.shutdownDelaySeconds * 1000))
+        await sleep(config.shutdownDelaySeconds * 1000)
       }
       const closed = new Promise<void>((resolve) => server.close(() => resolve()))
       const deadline = Date.now() + config.shutdownGraceSeconds * 1000
       while (gateway.inFlight > 0 && Date.now() < deadline) {
         server.closeIdleConnections() // a connection whose last response just ended takes no new request
-        await new Promise((r) => setTimeout(r, 20))
+        await sleep(20)
       }
       if (gateway.inFlight > 0) log.warn('shutdown grace period over: closing open requests', { in_flight: gateway.inFlight })
       gateway.cuttingConnections = true
@@ -162,7 +163,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       // settles (a budget check is bounded by check_timeout_seconds): wait for that, bounded, so the
       // trail is complete before it is flushed and closed.
       const settleBy = Date.now() + Math.max(2000, config.budget.checkTimeoutSeconds * 1000 + 1000)
-      while (gateway.inFlight > 0 && Date.now() < settleBy) await new Promise((r) => setTimeout(r, 10))
+      while (gateway.inFlight > 0 && Date.now() < settleBy) await sleep(10)
       if (gateway.inFlight > 0) log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
       // Bounded: a sink that never completes a write (a stdout reader that stopped reading) must not
       // keep the process from exiting. The Postgres writer bounds itself well inside this.
