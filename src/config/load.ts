@@ -1,3 +1,4 @@
+import { isIP } from 'node:net'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { ConfigError } from '../errors'
 import { readAuth, checkUrl } from './auth'
@@ -6,10 +7,11 @@ import { expandEnv } from './env'
 import { readPolicy } from './policy'
 import { readPostgres } from './postgres'
 import { Reader, deepFreeze, parseYaml, readText } from './reader'
-import type { AuditConfig, Config, Features, LogLevel } from './types'
+import type { AuditConfig, Config, Features, HttpConfig, LogLevel } from './types'
 
 const TOP_LEVEL_KEYS = [
   'listen', 'upstream', 'upstream_timeout_seconds', 'upstream_connections', 'max_body_bytes', 'request_timeout_seconds',
+  'max_json_depth', 'max_batch_messages', 'max_concurrent_per_identity', 'allowed_origins', 'allowed_hosts', 'trusted_proxies',
   'shutdown_grace_seconds', 'shutdown_delay_seconds', 'log_level', 'features', 'audit', 'auth', 'budget', 'policy', 'policy_file', 'postgres',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
@@ -68,10 +70,18 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
       connections: r.int(o.upstream_connections, 'upstream_connections', 128, 1, 10_000),
     },
     limits: {
-      maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 1024 * 1024, 1, 1024 * 1024 * 1024),
+      // 4 MiB, as the official SDK servers accept: a tool call that works direct must work through the gateway.
+      maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 4 * 1024 * 1024, 1, 1024 * 1024 * 1024),
+      // A tools/call inside a batch has its arguments at depth 4; 64 leaves room for any real argument
+      // tree while bounding what a decoder downstream may be asked to recurse through.
+      maxJsonDepth: r.int(o.max_json_depth, 'max_json_depth', 64, 4, 1000),
+      // 100, as the official SDK servers: a batch is judged, charged and audited element by element.
+      maxBatchMessages: r.int(o.max_batch_messages, 'max_batch_messages', 100, 1, 10_000),
+      maxConcurrentPerIdentity: r.int(o.max_concurrent_per_identity, 'max_concurrent_per_identity', 64, 1, 100_000),
       // Receiving the request only (headers and body): a streamed response is never cut by it.
       requestTimeoutSeconds: r.number(o.request_timeout_seconds, 'request_timeout_seconds', 300, 0, 3600, true),
     },
+    http: readHttp(r, o),
     shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),
     // 0 by default: a plain process stops at once; behind a load balancer set it above the probe interval.
     shutdownDelaySeconds: r.number(o.shutdown_delay_seconds, 'shutdown_delay_seconds', 0, 0, 600),
@@ -102,6 +112,56 @@ function readListen(r: Reader, value: unknown): Config['listen'] {
   const port = Number(match[2])
   if (port > 65535) r.note('listen', 'port must be between 0 and 65535')
   return { host: match[1].replace(/^\[|\]$/g, ''), port }
+}
+
+function readHttp(r: Reader, o: Record<string, unknown>): HttpConfig {
+  const strings = (key: string, check: (value: string) => string | null): string[] => {
+    const out: string[] = []
+    r.list(o[key], key).forEach((item, i) => {
+      const value = r.string(item, `${key}[${i}]`, '', { nonEmpty: true })
+      if (value === '') return
+      const problem = check(value)
+      if (problem !== null) r.note(`${key}[${i}]`, problem)
+      else out.push(value.toLowerCase())
+    })
+    return out
+  }
+  return {
+    allowedOrigins: strings('allowed_origins', checkOrigin),
+    allowedHosts: strings('allowed_hosts', checkHost),
+    trustedProxies: strings('trusted_proxies', checkProxy),
+  }
+}
+
+/** An origin as browsers send it (RFC 6454 serialization): scheme://host[:port], nothing after; or `null`. */
+function checkOrigin(value: string): string | null {
+  if (value === 'null') return null
+  if (!URL.canParse(value)) return 'must be an origin such as https://app.example.com (scheme, host, optional port)'
+  const url = new URL(value)
+  if (url.origin === 'null' || url.origin !== value.toLowerCase()) {
+    return `must be an origin such as https://app.example.com (scheme, host, optional port; no path or trailing slash), not ${JSON.stringify(value)}`
+  }
+  return null
+}
+
+/** A Host header value: a name or IP literal, with an optional port. */
+function checkHost(value: string): string | null {
+  const match = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$/.exec(value)
+  if (match === null || (match[2] !== undefined && Number(match[2]) > 65535)) {
+    return 'must be a host name or IP address with an optional port (example.com, 127.0.0.1:8080, [::1]:8080)'
+  }
+  return null
+}
+
+/** An IPv4 or IPv6 address, optionally a CIDR block. */
+function checkProxy(value: string): string | null {
+  const [address, bits, extra] = value.split('/')
+  const family = isIP(address)
+  const max = family === 4 ? 32 : 128
+  if (family === 0 || extra !== undefined || (bits !== undefined && !(/^\d{1,3}$/.test(bits) && Number(bits) <= max))) {
+    return 'must be an IP address or a CIDR block (10.0.0.0/8, ::1)'
+  }
+  return null
 }
 
 function readFeatures(r: Reader, value: unknown): Features {

@@ -7,9 +7,16 @@ export interface Config {
   readonly upstream: UpstreamConfig
   readonly limits: {
     readonly maxBodyBytes: number
+    /** Deepest nesting of arrays and objects a POST body may have (the message itself is depth 1). */
+    readonly maxJsonDepth: number
+    /** Most JSON-RPC messages in one batch. */
+    readonly maxBatchMessages: number
+    /** Most requests one identity may have between arrival and audit record (streams included). */
+    readonly maxConcurrentPerIdentity: number
     /** Longest time to receive a whole request, headers and body (a client trickling a body is cut off). */
     readonly requestTimeoutSeconds: number
   }
+  readonly http: HttpConfig
   readonly shutdownGraceSeconds: number
   /** After SIGTERM, how long /readyz says 503 while the listener still accepts (load balancers catch up). */
   readonly shutdownDelaySeconds: number
@@ -20,6 +27,16 @@ export interface Config {
   readonly budget: BudgetConfig
   readonly policy: PolicyConfig | null
   readonly postgres: PostgresConfig | null
+}
+
+/** Who may address the gateway: Host and Origin checks, and whose X-Forwarded-* chain is kept. */
+export interface HttpConfig {
+  /** Origins (`scheme://host[:port]`, lower-case, or `null`) a request may carry; a request with any other Origin gets 403. */
+  readonly allowedOrigins: readonly string[]
+  /** Host header values (`host` or `host:port`, lower-case) accepted; empty: any. */
+  readonly allowedHosts: readonly string[]
+  /** Peer addresses (IPs or CIDR blocks) whose X-Forwarded-* headers are extended rather than replaced. */
+  readonly trustedProxies: readonly string[]
 }
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug'

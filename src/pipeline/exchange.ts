@@ -45,6 +45,12 @@ export class Exchange {
   responseHeaders: Record<string, string> | null = null
   /** Set when the gateway gave up on the response (client gone, upstream stream broke). */
   aborted = false
+  /** True once the request was handed to the upstream (a refused or failed-before request stays false). */
+  forwarded = false
+  /** Audit queue slots reserved for this request's entries in every sink (see audit/), 0 when none. */
+  auditReserved = 0
+  /** Key of the per-identity concurrency slot this request holds, released at its audit record; null when none. */
+  concurrencyKey: string | null = null
 
   constructor(
     readonly req: IncomingMessage,
