@@ -8,6 +8,8 @@
  * noisy machine, `median` to summarise them, and `BenchSection`/`BenchRow` to plug a scenario into
  * bench/run.ts (export `sections: BenchSection[]` from bench/<area>.ts).
  */
+import { join } from 'node:path'
+import { Worker } from 'node:worker_threads'
 import { Pool, type Dispatcher } from 'undici'
 
 export interface LoadOptions {
@@ -108,6 +110,19 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   } finally {
     await pool.destroy()
   }
+}
+
+/** `runLoad` on a worker thread of its own (bench/load-worker.ts); a Buffer body is copied to it. */
+export function runLoadInWorker(options: LoadOptions): Promise<LoadResult> {
+  const worker = new Worker(join(__dirname, 'load-worker.js'), { workerData: options })
+  return new Promise((resolve, reject) => {
+    worker.once('error', reject)
+    worker.once('message', (msg: { result?: LoadResult; error?: string }) => {
+      void worker.terminate()
+      if (msg.result !== undefined) resolve(msg.result)
+      else reject(new Error(msg.error ?? 'load worker failed'))
+    })
+  })
 }
 
 /** Nearest-rank percentile of an ascending array; NaN when empty. */

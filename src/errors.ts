@@ -11,6 +11,7 @@ export type ErrorCode =
   | 'WL_UPSTREAM_FAILED'
   | 'WL_AUTH_KEYS_UNAVAILABLE'
   | 'WL_POSTGRES_UNAVAILABLE'
+  | 'WL_AUDIT_BACKPRESSURE'
   | 'WL_INTERNAL'
 
 export const STATUS: Readonly<Record<ErrorCode, number>> = {
@@ -23,6 +24,9 @@ export const STATUS: Readonly<Record<ErrorCode, number>> = {
   // challenge (RFC 6750 invalid_token). Listed so the code has a status like every other.
   WL_AUTH_KEYS_UNAVAILABLE: 401,
   WL_POSTGRES_UNAVAILABLE: 503,
+  // Answered as a refusal by the audit reservation stage (no stack trace per call while the audit
+  // queue is full); listed for its status and so the code is one of the list.
+  WL_AUDIT_BACKPRESSURE: 503,
   WL_INTERNAL: 500,
 }
 

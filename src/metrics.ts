@@ -26,6 +26,11 @@ export class Metrics {
     help: 'Budget checks that failed, whatever on_store_error then decided',
     registers: [this.registry],
   })
+  readonly concurrencyRefused = new Counter({
+    name: 'wardline_concurrency_refused_total',
+    help: 'Requests refused with 429 because their identity already had max_concurrent_per_identity requests in flight',
+    registers: [this.registry],
+  })
   readonly auditDropped = new Counter({
     name: 'wardline_audit_dropped_total',
     help: 'Audit entries that could not be written or queued, by sink',
@@ -48,6 +53,11 @@ export class Metrics {
     name: 'wardline_audit_queue_entries',
     help: 'Audit entries waiting to be written, by sink',
     labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
+  readonly auditBackpressure = new Counter({
+    name: 'wardline_audit_backpressure_total',
+    help: 'Requests refused with 503 (WL_AUDIT_BACKPRESSURE) because an audit queue had no room to reserve their entries',
     registers: [this.registry],
   })
 

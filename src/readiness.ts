@@ -3,3 +3,41 @@ export interface ReadinessCheck {
   readonly name: string
   check(): Promise<{ ok: boolean; detail?: Record<string, unknown> }>
 }
+
+/**
+ * A check whose result is shared: while a probe runs, every caller waits for that same probe, and a
+ * result is reused until `maxAgeMs` after its probe started. /readyz needs no token, so without this
+ * each request opened a database connection (200 concurrent ones gave "too many clients"); now a flood
+ * costs one probe per `maxAgeMs` at most, and never two at once. Age counts from the probe's start, so
+ * no answer describes the dependency as it was more than `maxAgeMs` ago (a probe slower than that is
+ * stale on arrival and the next request starts another, still one at a time).
+ */
+export class SharedReadiness implements ReadinessCheck {
+  readonly name: string
+  private latest: ReturnType<ReadinessCheck['check']> | null = null
+  private running = false
+  private startedAtMs = 0
+
+  constructor(
+    private readonly inner: ReadinessCheck,
+    private readonly maxAgeMs = 1000,
+    /** Monotonic clock in ms (tests inject one). */
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.name = inner.name
+  }
+
+  check(): ReturnType<ReadinessCheck['check']> {
+    if (this.latest !== null && (this.running || this.now() - this.startedAtMs < this.maxAgeMs)) return this.latest
+    this.startedAtMs = this.now()
+    this.running = true
+    const probe = this.inner.check()
+    this.latest = probe
+    const settled = (): void => {
+      if (this.latest === probe) this.running = false
+    }
+    // Both ways: a rejected probe is shared like a result (each caller handles it), never unhandled here.
+    probe.then(settled, settled)
+    return probe
+  }
+}

@@ -1,10 +1,22 @@
 import type { Decision, Exchange } from '../pipeline/exchange'
 
-/** The JSONL text of entries: one JSON object per line, each line ending in a newline. */
+/**
+ * The JSONL text of entries: one JSON object per line, each line ending in a newline. U+2028 and
+ * U+2029 (which JSON.stringify leaves raw) are escaped: Python's str.splitlines(), JavaScript source
+ * and some log shippers treat them as line breaks, so a caller's tool name holding one would split
+ * its audit line in two for those readers. Inside JSON they can only sit in a string, where `\u2028`
+ * reads back as the same character. One scan per batch; nothing is copied when neither is present.
+ */
 export function toJsonLines(entries: readonly AuditEntry[]): string {
   let text = ''
   for (const e of entries) text += JSON.stringify(e) + '\n'
-  return text
+  return LINE_SEPARATORS.test(text) ? text.replace(LINE_SEPARATORS_ALL, escapeSeparator) : text
+}
+
+const LINE_SEPARATORS = /[\u2028\u2029]/
+const LINE_SEPARATORS_ALL = /[\u2028\u2029]/g
+function escapeSeparator(c: string): string {
+  return c === '\u2028' ? '\\u2028' : '\\u2029'
 }
 
 /** One line of the audit trail. Key order is part of the format: build it with `auditEntries`. */
@@ -23,9 +35,25 @@ export interface AuditEntry {
 }
 
 /**
- * The entries for one finished request: one for a single message or a request without a JSON-RPC
- * body; for a batch, one per gated element plus one for the rest (if any). Batch entries get
- * `<request_id>/<element index>` and `<request_id>/rest` so every request_id stays unique.
+ * How many entries `auditEntries` writes for this request if it is forwarded, the most it can write:
+ * 1 for a single message or a request without a JSON-RPC body; for a batch, one per gated element
+ * plus one if any element is not gated. A refused request writes 1. The audit reservation stage
+ * reserves this many queue slots before anything with side effects runs.
+ */
+export function entryCount(ex: Exchange): number {
+  if (!ex.batch) return 1
+  const calls = ex.calls
+  let gated = 0
+  for (let i = 0; i < calls.length; i++) if (calls[i].gated) gated++
+  return Math.max(1, gated + (gated < calls.length ? 1 : 0))
+}
+
+/**
+ * The entries for one finished request: one for a single message, a request without a JSON-RPC
+ * body, or any request that was not forwarded (issue 9: a refused 20 000-element batch once wrote
+ * 20 000 entries and flushed real calls out of a full queue); for a forwarded batch, one per gated
+ * element plus one for the rest (if any). Forwarded batch entries get `<request_id>/<element index>`
+ * and `<request_id>/rest` so every request_id stays unique.
  */
 export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   const timestamp = new Date(ex.startedAtMs).toISOString()
@@ -40,6 +68,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
     const decision = ex.decision ?? (call?.gated ? 'allow' : 'passthrough')
     return [entry(timestamp, ex.requestId, identity, tenant, method, call?.target ?? '', decision, ex.status, latency, call?.reason || ex.reason, sessionId)]
   }
+  if (!ex.forwarded) return [refusedBatchEntry(ex, timestamp, identity, tenant, latency, sessionId)]
   const out: AuditEntry[] = []
   let rest: string[] | null = null
   for (let i = 0; i < calls.length; i++) {
@@ -56,6 +85,28 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
     out.push(entry(timestamp, `${ex.requestId}/rest`, identity, tenant, rest.join(','), '', decision, ex.status, latency, ex.reason, sessionId))
   }
   return out
+}
+
+/**
+ * The one entry of a batch that never reached the upstream: its plain request_id, the distinct
+ * methods in order of first appearance, and as `tool` the target of the first element a stage
+ * singled out (a policy denial), else of the first gated element.
+ */
+function refusedBatchEntry(ex: Exchange, timestamp: string, identity: string, tenant: string, latency: number, sessionId: string): AuditEntry {
+  const calls = ex.calls
+  const methods = new Set<string>()
+  let refused: string | null = null
+  let firstGated: string | null = null
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]
+    methods.add(call.method || 'response')
+    if (refused === null && call.reason) refused = call.target
+    if (firstGated === null && call.gated) firstGated = call.target
+  }
+  const tool = refused ?? firstGated ?? ''
+  // A batch refused before any element was read (an invalid element) is named by its HTTP method, like any unparsed body.
+  const method = calls.length === 0 ? ex.req.method ?? '' : [...methods].join(',')
+  return entry(timestamp, ex.requestId, identity, tenant, method, tool, ex.decision ?? 'error', ex.status, latency, ex.reason, sessionId)
 }
 
 function entry(

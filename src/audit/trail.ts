@@ -1,7 +1,8 @@
 import type { Counter, Histogram } from 'prom-client'
+import { RateLimitedLog, type Logger, silentLogger } from '../log'
 import type { Metrics } from '../metrics'
 import { DECISIONS, type Decision, type Exchange } from '../pipeline/exchange'
-import { auditEntries } from './entry'
+import { auditEntries, entryCount } from './entry'
 import type { AuditWriter } from './writer'
 
 /** The one place a finished request becomes audit entries, handed to every configured sink. */
@@ -12,13 +13,40 @@ export class AuditTrail {
    */
   private readonly byDecision = new Map<Decision, { count: Counter.Internal; time: Histogram.Internal<'decision'> }>()
 
-  constructor(readonly writers: readonly AuditWriter[], private readonly metrics: Metrics) {
+  private readonly warn: RateLimitedLog
+
+  constructor(readonly writers: readonly AuditWriter[], private readonly metrics: Metrics, log: Logger = silentLogger()) {
+    this.warn = new RateLimitedLog(log)
     for (const w of writers) {
       metrics.auditQueued.labels(w.sink.name).set(0)
     }
     for (const d of DECISIONS) this.byDecision.set(d, { count: metrics.requests.labels(d), time: metrics.duration.labels(d) })
   }
 
+  /**
+   * Reserves, in every writer, the queue slots this request's entries need if it is forwarded
+   * (entryCount), and notes the count on `ex.auditReserved`. Returns null when every writer had room,
+   * else the writer that had none: nothing is then held anywhere, the refusal is counted in
+   * wardline_audit_backpressure_total and logged at most once a minute.
+   */
+  reserve(ex: Exchange): AuditWriter | null {
+    const count = entryCount(ex)
+    const writers = this.writers
+    for (let i = 0; i < writers.length; i++) {
+      if (writers[i].reserve(count)) continue
+      for (let j = 0; j < i; j++) writers[j].release(count)
+      const full = writers[i]
+      this.metrics.auditBackpressure.inc()
+      this.warn.warn('audit-backpressure', 'audit queue full: calls refused with 503 (WL_AUDIT_BACKPRESSURE) until the sink catches up', {
+        sink: full.sink.name, queued: full.pending, reserved: full.reservedEntries, needed: count,
+      })
+      return full
+    }
+    ex.auditReserved = count
+    return null
+  }
+
+  /** Writes the request's entries, using and then releasing the slots it reserved (if any). */
   record(ex: Exchange): void {
     const now = performance.now()
     const entries = auditEntries(ex, now)
@@ -28,7 +56,9 @@ export class AuditTrail {
       m.count.inc()
       m.time.observe(seconds)
     }
-    for (const w of this.writers) w.record(entries)
+    const reserved = ex.auditReserved
+    ex.auditReserved = 0 // a second record() of the same request must not release slots twice
+    for (const w of this.writers) w.record(entries, reserved)
   }
 
   /** SIGHUP: file sinks reopen their paths (log rotation). */

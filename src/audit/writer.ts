@@ -7,11 +7,18 @@ import type { AuditSink } from './sink'
 import type { AuditSpill } from './spill'
 
 export interface AuditWriterOptions {
-  /** Entries held in memory before new ones are dropped and counted. */
+  /**
+   * Entries held in memory, reserved slots included: past it reserve() says no (the call gets 503)
+   * and entries recorded without a reservation are dropped and counted.
+   */
   readonly maxQueueEntries: number
   /** Entries handed to the sink at once. */
   readonly batchSize?: number
-  /** Attempts per batch before it is given up on: spilled when a spill file is set, else dropped. */
+  /**
+   * With a spill file, attempts per batch before it is spilled. Without one a batch is retried until
+   * it is written (its calls were forwarded on that promise), except while closing: then it gets this
+   * many more attempts and is dropped (counted) after them.
+   */
   readonly maxAttempts?: number
   /** First retry delay; doubles per attempt up to 5 s. */
   readonly retryDelayMs?: number
@@ -27,7 +34,7 @@ export interface AuditWriterOptions {
   /**
    * Longest one batch may spend being written and retried, all attempts together (each attempt is cut
    * off at what is left); past it the batch is spilled. Default DEFAULT_RETRY_BOUND_MS with a spill
-   * file, unbounded (maxAttempts only) without one.
+   * file. Without one it bounds each attempt instead (default unbounded) and the batch is retried.
    */
   readonly retryBoundMs?: number
   /** Spilled entries the sink refused for their data, moved to the quarantine file `<spill>.rejected`. */
@@ -48,7 +55,16 @@ const CLOSE_WRITE_MS = 1000
 
 /**
  * Keeps audit writes off the request path: `record` only queues. One loop per sink writes batches in
- * the order recorded, retrying a failed batch with backoff. Memory is bounded by maxQueueEntries.
+ * the order recorded, retrying a failed batch with backoff. Memory is bounded by maxQueueEntries (plus
+ * the batch being written).
+ *
+ * Nothing already accepted is dropped (DESIGN.md: nothing runs unaudited). A request reserves queue
+ * slots for its entries before anything with side effects runs (`reserve`); record() puts reserved
+ * entries in the queue whatever its length. A batch the sink will not take is retried with a capped
+ * backoff for as long as it takes (or spilled): the queue behind it fills, reservations fail, and new
+ * calls get 503 (fail closed on audit) instead of running unaudited. Only entries of requests that
+ * hold no reservation (refused before the reservation point: nothing ran) are dropped when the queue
+ * is full, and only a shutdown (bounded) gives up on accepted entries.
  *
  * With a spill file, a batch that still fails after maxAttempts, or after retryBoundMs in all, goes
  * to the file (while closing: after one short try), and the writer counts the sink as down: later
@@ -57,6 +73,8 @@ const CLOSE_WRITE_MS = 1000
  */
 export class AuditWriter {
   private queue: AuditEntry[] = []
+  /** Slots promised to requests in flight (reserve) and not yet used or released by record(). */
+  private reserved = 0
   private running: Promise<void> | null = null
   private closed = false
   private readonly warn: RateLimitedLog
@@ -69,6 +87,7 @@ export class AuditWriter {
   private sinkDown = false
   private replayTimer: NodeJS.Timeout | null = null
   private replaying: Promise<void> | null = null
+  private lastSpillError: unknown = null
   dropped = 0
   spilled = 0
   replayed = 0
@@ -91,14 +110,47 @@ export class AuditWriter {
     return this.queue.length
   }
 
+  /** Queue slots held by requests in flight. */
+  get reservedEntries(): number {
+    return this.reserved
+  }
+
+  /**
+   * Sets aside `count` queue slots for the entries of a request about to run, or says false (and
+   * sets nothing aside) when they would not fit beside what is queued and already reserved. The
+   * request hands the count back to record(), which uses or releases every slot.
+   */
+  reserve(count: number): boolean {
+    if (this.queue.length + this.reserved + count > this.options.maxQueueEntries) return false
+    this.reserved += count
+    return true
+  }
+
+  /** Gives back slots reserve() set aside for a request that will not record against them. */
+  release(count: number): void {
+    this.reserved = Math.max(0, this.reserved - count)
+  }
+
   /** True while entries wait in the spill file. */
   get hasSpilled(): boolean {
     return this.options.spill?.hasEntries ?? false
   }
 
-  record(entries: readonly AuditEntry[]): void {
-    for (const entry of entries) {
-      if (this.queue.length >= this.options.maxQueueEntries) {
+  /**
+   * Queues a finished request's entries. The first `reserved` of them take the slots the request
+   * reserved and are queued whatever the queue's length; the slots it did not use are released (a
+   * refused request writes 1 entry of the n it reserved). Entries beyond the reservation (none, when
+   * the request reserved entryCount) and those of requests that reserved nothing are queued while
+   * there is room beside the reservations and otherwise dropped and counted: such requests never
+   * reached the upstream.
+   */
+  record(entries: readonly AuditEntry[], reserved = 0): void {
+    const held = Math.min(entries.length, reserved)
+    for (let i = 0; i < held; i++) this.queue.push(entries[i])
+    if (reserved > 0) this.release(reserved)
+    for (let i = held; i < entries.length; i++) {
+      const entry = entries[i]
+      if (this.queue.length + this.reserved >= this.options.maxQueueEntries) {
         this.dropped++
         this.options.onDropped?.(1, this.sink.name)
         this.warn.warn(`audit-full:${this.sink.name}`, 'audit queue full: entries dropped', { sink: this.sink.name, max_queue_entries: this.options.maxQueueEntries })
@@ -157,37 +209,74 @@ export class AuditWriter {
     }
   }
 
+  /**
+   * Writes or spills one batch, or holds it until one of them works: its calls were forwarded on the
+   * promise that their entries would be kept. Only while closing is a batch dropped (counted, loud).
+   */
   private async writeWithRetry(batch: AuditEntry[]): Promise<void> {
-    if (this.sinkDown && this.options.spill) {
-      this.spill(batch)
-      return
-    }
-    // While closing, what cannot be written promptly is spilled rather than retried.
-    const closingWithSpill = (): boolean => this.closed && this.options.spill !== undefined
-    const giveUpAt = performance.now() + (closingWithSpill() ? Math.min(this.retryBoundMs, CLOSE_WRITE_MS) : this.retryBoundMs)
     let delay = this.retryDelayMs
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.attempt(batch, giveUpAt - performance.now())
-        return
-      } catch (err) {
-        if (attempt >= this.maxAttempts || giveUpAt - performance.now() <= delay || closingWithSpill()) {
-          if (this.options.spill) {
-            this.sinkDown = true
-            this.log.warn('audit sink keeps failing: spilling entries to the local file until it is back', { sink: this.sink.name, spill_file: this.options.spill.path, cause: describeError(err) })
-            this.spill(batch)
-            return
-          }
-          this.dropped += batch.length
-          this.options.onDropped?.(batch.length, this.sink.name)
-          this.log.error('audit write failed: entries dropped', { sink: this.sink.name, entries: batch.length, cause: describeError(err) })
+    for (;;) {
+      if (this.sinkDown && this.options.spill) {
+        if (this.spill(batch)) return
+      } else {
+        const failure = await this.writeWithinBound(batch)
+        if (failure === null) return
+        if (this.options.spill) {
+          this.sinkDown = true
+          this.log.warn('audit sink keeps failing: spilling entries to the local file until it is back', { sink: this.sink.name, spill_file: this.options.spill.path, cause: describeError(failure.err) })
+          if (this.spill(batch)) return
+        } else {
+          // Without a spill file writeWithinBound gives up only while closing.
+          this.drop(batch, 'audit write failed at shutdown: entries dropped', failure.err)
           return
         }
-        this.warn.warn(`audit-retry:${this.sink.name}`, 'audit write failed: retrying', { sink: this.sink.name, attempt, cause: describeError(err) })
+      }
+      // Neither the sink nor the spill file took the batch (the disk failed too).
+      if (this.closed) {
+        this.drop(batch, 'audit spill failed at shutdown: entries dropped', this.lastSpillError)
+        return
+      }
+      // Try the sink again before the spill file next time: it may be back first.
+      this.sinkDown = false
+      await sleep(delay)
+      delay = Math.min(delay * 2, 5000)
+    }
+  }
+
+  /**
+   * Tries the sink with backoff. With a spill file: up to maxAttempts or retryBoundMs (one short try
+   * while closing), then the last error. Without one: for as long as it takes, except that once
+   * closing, maxAttempts more failures give up. Null when written.
+   */
+  private async writeWithinBound(batch: AuditEntry[]): Promise<{ err: unknown } | null> {
+    const withSpill = this.options.spill !== undefined
+    // While closing, what cannot be written promptly is spilled rather than retried.
+    const closingWithSpill = (): boolean => this.closed && withSpill
+    const giveUpAt = performance.now() + (closingWithSpill() ? Math.min(this.retryBoundMs, CLOSE_WRITE_MS) : this.retryBoundMs)
+    let delay = this.retryDelayMs
+    let failuresWhileClosing = 0
+    for (let attempt = 1; ; attempt++) {
+      try {
+        // Without a spill file retryBoundMs bounds each attempt, not the batch.
+        await this.attempt(batch, withSpill ? giveUpAt - performance.now() : this.retryBoundMs)
+        return null
+      } catch (err) {
+        if (this.closed) failuresWhileClosing++
+        const giveUp = withSpill
+          ? attempt >= this.maxAttempts || giveUpAt - performance.now() <= delay || closingWithSpill()
+          : failuresWhileClosing >= this.maxAttempts
+        if (giveUp) return { err }
+        this.warn.warn(`audit-retry:${this.sink.name}`, 'audit write failed: retrying', { sink: this.sink.name, attempt, queued: this.queue.length, cause: describeError(err) })
         await sleep(this.closed ? Math.min(delay, 50) : delay)
         delay = Math.min(delay * 2, 5000)
       }
     }
+  }
+
+  private drop(batch: AuditEntry[], message: string, err: unknown): void {
+    this.dropped += batch.length
+    this.options.onDropped?.(batch.length, this.sink.name)
+    this.log.error(message, { sink: this.sink.name, entries: batch.length, cause: describeError(err) })
   }
 
   /**
@@ -201,20 +290,24 @@ export class AuditWriter {
     return withDeadline(this.sink.write(batch, { timeoutMs: ms }), ms, `no answer from the ${this.sink.name} audit sink within ${ms} ms`)
   }
 
-  private spill(batch: AuditEntry[]): void {
+  /**
+   * Appends the batch to the spill file; false when the disk failed too. The caller then keeps the
+   * batch and tries again (sink first) rather than dropping it; the failure is logged at most once a
+   * minute, loudly, since the queue behind it is filling and calls are about to get 503.
+   */
+  private spill(batch: AuditEntry[]): boolean {
     const spill = this.options.spill as AuditSpill
     try {
       spill.append(batch)
     } catch (err) {
-      // The disk failed too: this is the one place entries can still be lost, and it is loud.
-      this.dropped += batch.length
-      this.options.onDropped?.(batch.length, this.sink.name)
-      this.log.error('audit spill failed: entries dropped', { sink: this.sink.name, spill_file: spill.path, entries: batch.length, cause: describeError(err) })
-      return
+      this.lastSpillError = err
+      this.warn.warn(`audit-spill-failed:${this.sink.name}`, 'audit spill failed: holding the entries and retrying; new calls get 503 once the queue is full', { sink: this.sink.name, spill_file: spill.path, entries: batch.length, cause: describeError(err) })
+      return false
     }
     this.spilled += batch.length
     this.options.onSpilled?.(batch.length, this.sink.name)
     this.scheduleReplay(this.replayIntervalMs)
+    return true
   }
 
   private scheduleReplay(delayMs: number): void {

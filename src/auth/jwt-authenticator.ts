@@ -28,6 +28,14 @@ const QUERY_TOKEN: AuthFailure = {
   bearerError: 'invalid_request',
 }
 
+// Refused before any verification (isNonCanonicalJws), so these spellings cost neither a signature check nor a cache slot.
+const NOT_CANONICAL: AuthFailure = {
+  failed: true,
+  reason: 'malformed token',
+  bearerError: 'invalid_token',
+  detail: 'not canonical base64url: padding or non-zero pad bits (RFC 7515 §2)',
+}
+
 /**
  * `auth.mode: jwt`: the caller is whoever the bearer token says, once its signature, algorithm,
  * lifetime, issuer and audience check out. The token comes from the Authorization header only (never
@@ -78,7 +86,10 @@ export class JwtAuthenticator implements Authenticator {
   /** The whole check for one token string, cache included (also what the benchmark measures). */
   verify(token: string): AuthResult | Promise<AuthResult> {
     const cached = this.cache.get(token)
-    return cached !== undefined ? cached : this.verifyUncached(token)
+    if (cached !== undefined) return cached
+    // Checked on a miss only (a cached token is canonical): the hot path pays nothing for it.
+    if (isNonCanonicalJws(token)) return NOT_CANONICAL
+    return this.verifyUncached(token)
   }
 
   async verifyUncached(token: string): Promise<AuthResult> {
@@ -118,6 +129,35 @@ export class JwtAuthenticator implements Authenticator {
     this.keys.close()
     this.cache.clear()
   }
+}
+
+/**
+ * JWS compact serialization is base64url *without* padding (RFC 7515 §2), and a canonical encoder sets
+ * the pad bits of a segment's last character to zero (RFC 4648 §3.5). jose's decoder (atob) accepts
+ * both a trailing `=` and non-zero pad bits, so one signed token has up to 32 spellings (16 final
+ * characters × padded or not) that all verify. Each would be a token-cache key of its own: a full
+ * verification per request and a cache flushed of everyone else's tokens by one caller's copies. Only
+ * the canonical spelling is accepted, so every cached string is the one encoding of what was verified.
+ */
+export function isNonCanonicalJws(token: string): boolean {
+  const first = token.indexOf('.')
+  const second = first < 0 ? -1 : token.indexOf('.', first + 1)
+  // Not three segments: not a JWS at all, and jose refuses it before any signature check, naming why.
+  if (second < 0 || token.includes('.', second + 1)) return false
+  return token.includes('=') ||
+    !canonicalSegment(token, 0, first) || !canonicalSegment(token, first + 1, second) || !canonicalSegment(token, second + 1, token.length)
+}
+
+const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+
+/** The segment token[start, end): its length leaves no lone character, and its pad bits are zero. */
+function canonicalSegment(token: string, start: number, end: number): boolean {
+  const rest = (end - start) % 4
+  if (rest === 0) return true
+  if (rest === 1) return false
+  const value = BASE64URL.indexOf(token[end - 1])
+  // 2 characters carry 1 byte (4 pad bits), 3 carry 2 bytes (2 pad bits).
+  return value >= 0 && (value & (rest === 2 ? 0x0f : 0x03)) === 0
 }
 
 /** Parsed, not searched: `access%5Ftoken` is `access_token` to the upstream's query parser too. */

@@ -28,15 +28,15 @@ export function isFailure(result: AuthResult): result is AuthFailure {
   return (result as AuthFailure).failed === true
 }
 
-/** The first stage: no request reaches anything else without a verified caller. */
+/** Right after the Host/Origin check (http stage): no request reaches anything else without a verified caller. */
 export function authStage(authenticator: Authenticator, config: AuthConfig): Stage {
   const challenge = `Bearer realm="wardline"${config.resourceMetadataUrl ? `, resource_metadata="${config.resourceMetadataUrl}"` : ''}`
   return {
     name: 'auth',
     async run(ex: Exchange) {
-      // A CORS preflight never carries credentials (Fetch standard, CORS-preflight request): it goes
-      // to the upstream, which owns its CORS policy, with no identity. It has no body and runs nothing.
-      if (ex.req.method === 'OPTIONS' && ex.req.headers['access-control-request-method'] !== undefined) return CONTINUE
+      // A CORS preflight never carries credentials (Fetch standard, CORS-preflight request): one from a
+      // listed origin was answered by the http stage, one from any other origin refused there. What
+      // still gets here without an Origin is no browser's preflight, so it needs a token like any request.
       const result = await authenticator.authenticate(ex)
       if (!isFailure(result)) {
         ex.principal = result

@@ -12,7 +12,9 @@ interface Entry {
  * `exp`. Only tokens that carry an `exp` are kept: without one there is no safe lifetime.
  *
  * Keying by the whole string is sound because the string is what was verified: any other byte makes
- * another key, which misses and is verified in full.
+ * another key, which misses and is verified in full. It is also tight: JwtAuthenticator refuses every
+ * spelling of a token but the canonical one before verifying (isNonCanonicalJws), so one signed token
+ * is one key, and a caller cannot fill the cache (or force a verification per request) with copies.
  */
 export class TokenCache {
   // A Map iterates in insertion order; re-inserting on a hit makes the first key the least recently used.

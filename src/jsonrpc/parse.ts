@@ -1,5 +1,7 @@
 import type { JsonRpcId, RpcCall } from '../pipeline/exchange'
 import { INVALID_REQUEST, PARSE_ERROR, hasControlCharacters, isGatedMethod } from '../pipeline/methods'
+import { quoted, resourceUriProblem } from './resource-uri'
+import { type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
 
 export type ParseResult =
   | { ok: true; calls: RpcCall[]; batch: boolean }
@@ -9,58 +11,187 @@ export type ParseResult =
  * Parses a POST body as one JSON-RPC 2.0 message or a batch and classifies each message. Only the
  * fields the gateway needs are read; the original bytes are what gets forwarded.
  */
-export function parseMessages(body: Buffer): ParseResult {
-  let tree: unknown
-  try {
-    tree = JSON.parse(body.toString('utf8'))
-  } catch (err) {
-    return { ok: false, code: PARSE_ERROR, id: null, reason: `malformed JSON: ${(err as Error).message}` }
-  }
-  if (Array.isArray(tree)) {
-    if (tree.length === 0) return { ok: false, code: INVALID_REQUEST, id: null, reason: 'empty batch' }
+export function parseMessages(body: Buffer, limits: ScanLimits): ParseResult {
+  return classifyScan(body, scanJson(body, limits))
+}
+
+/** Classifies what the scanner read (jsonrpc/scan.ts) of `body`. */
+export function classifyScan(body: Buffer, scan: ScanResult): ParseResult {
+  if (!scan.ok) return { ok: false, code: scan.malformed ? PARSE_ERROR : INVALID_REQUEST, id: null, reason: scan.malformed ? `malformed JSON: ${scan.reason}` : scan.reason }
+  const messages = scan.messages
+  if (scan.batch) {
+    if (messages.length === 0) return { ok: false, code: INVALID_REQUEST, id: null, reason: 'empty batch' }
     const calls: RpcCall[] = []
-    for (let i = 0; i < tree.length; i++) {
-      const call = classify(tree[i])
+    for (let i = 0; i < messages.length; i++) {
+      const call = classify(body, messages[i])
       if (typeof call === 'string') return { ok: false, code: INVALID_REQUEST, id: null, reason: `batch element ${i}: ${call}` }
       calls.push(call)
     }
     return { ok: true, calls, batch: true }
   }
-  const call = classify(tree)
-  if (typeof call === 'string') return { ok: false, code: INVALID_REQUEST, id: readableId(tree), reason: call }
+  const call = classify(body, messages[0])
+  if (typeof call === 'string') return { ok: false, code: INVALID_REQUEST, id: readableId(body, messages[0]), reason: call }
   return { ok: true, calls: [call], batch: false }
 }
 
+/**
+ * The members each level defines (JSON-RPC 2.0 §4, §5; MCP's params of gated calls and of
+ * completion/complete's ref). A key spelt like one of these in another case (`Method`, `paramſ`) is
+ * read as that member by case-insensitive decoders (Go's encoding/json folds case, ſ to s and K to k),
+ * so it is refused even when the real member is absent.
+ */
+const ENVELOPE = new Set(['jsonrpc', 'id', 'method', 'params', 'result', 'error'])
+const PARAMS = new Set(['name', 'arguments', 'uri', 'ref', 'argument', 'context', 'cursor', '_meta'])
+const REF = new Set(['type', 'name', 'uri'])
+
+/**
+ * Unicode case folding as decoders that fold do it: upper then lower case maps ſ (U+017F) to s and
+ * the Kelvin sign to k, as Go's folding does. Plain ASCII, the usual case, takes the cheap path.
+ */
+function fold(key: string): string {
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i)
+    if (c >= 0x80) return key.toUpperCase().toLowerCase()
+    if (c >= 0x41 && c <= 0x5a) return key.toLowerCase()
+  }
+  return key // lower-case ASCII, nearly every key: already folded
+}
+
+/**
+ * Why the keys of one object are ambiguous, or null. Decoders disagree on duplicates (JSON.parse,
+ * Python and Go keep the last, others the first or refuse) and on case (Go matches struct fields
+ * case-insensitively), so an object whose keys could be read two ways is refused, never guessed at.
+ */
+function ambiguousKeys(members: readonly Member[], known: ReadonlySet<string>, where: string): string | null {
+  const n = members.length
+  // A handful of keys (every envelope, nearly every params) is compared pairwise: no Map to build.
+  const folded: string[] = new Array<string>(n)
+  const seen = n > 8 ? new Map<string, number>() : null
+  for (let i = 0; i < n; i++) {
+    const key = members[i].key
+    const f = fold(key)
+    folded[i] = f
+    let earlier = -1
+    if (seen !== null) {
+      earlier = seen.get(f) ?? -1
+      seen.set(f, i)
+    } else {
+      for (let j = 0; j < i; j++) if (folded[j] === f) earlier = j
+    }
+    if (earlier >= 0) {
+      const first = members[earlier].key
+      return first === key
+        ? `duplicate key ${quoted(key)} in ${where}`
+        : `keys ${quoted(first)} and ${quoted(key)} in ${where} are equal under case folding`
+    }
+    if (f !== key && known.has(f)) return `key ${quoted(key)} in ${where} is a case variant of ${quoted(f)}`
+  }
+  return null
+}
+
+function member(members: readonly Member[] | null, key: string): Member | undefined {
+  if (members === null) return undefined
+  for (let i = 0; i < members.length; i++) if (members[i].key === key) return members[i]
+  return undefined
+}
+
+const QUOTE = 0x22
+
+/** The text of a string member, or undefined when it is absent or not a string. */
+function text(body: Buffer, m: Member | undefined): string | undefined {
+  if (m === undefined || m.kind !== QUOTE) return undefined
+  for (let i = m.start + 1; i < m.end - 1; i++) {
+    const c = body[i]
+    if (c === 0x5c || c >= 0x80) return JSON.parse(body.toString('utf8', m.start, m.end)) as string
+  }
+  return plainText(body, m.start + 1, m.end - 1)
+}
+
+/**
+ * An id as every decoder reads it: a string, null, or an integer JSON.parse holds exactly, written
+ * plainly. MCP ids are strings or integers; `1.0`, `1e2` or 2^53 + 1 would come back from one server
+ * as another number than the one the gateway echoes in its own answers.
+ */
+const PLAIN_INTEGER = /^-?(?:0|[1-9][0-9]{0,15})$/
+
+function readId(body: Buffer, m: Member): JsonRpcId | string {
+  if (m.kind === QUOTE) return text(body, m) as string
+  const raw = body.toString('latin1', m.start, m.end)
+  if (raw === 'null') return null
+  if (PLAIN_INTEGER.test(raw) && raw !== '-0' && Number.isSafeInteger(Number(raw))) return Number(raw)
+  return 'id must be a string, an integer or null'
+}
+
+const OBJECT = 0x7b
+const ARRAY = 0x5b
+
 /** Returns the classified message, or a string saying why it is not valid JSON-RPC. */
-function classify(message: unknown): RpcCall | string {
-  if (typeof message !== 'object' || message === null || Array.isArray(message)) return 'message is not a JSON object'
-  const m = message as Record<string, unknown>
-  if (m.jsonrpc !== '2.0') return 'jsonrpc must be "2.0"'
-  const hasId = 'id' in m
-  if (hasId && !isId(m.id)) return 'id must be a string, a number or null'
-  const id = hasId ? (m.id as JsonRpcId) : undefined
-  if (m.method === undefined) {
+function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
+  if (message.kind !== OBJECT) return 'message is not a JSON object'
+  const members = message.members
+  const envelopeProblem = ambiguousKeys(members, ENVELOPE, 'the message')
+  if (envelopeProblem !== null) return envelopeProblem
+  if (text(body, member(members, 'jsonrpc')) !== '2.0') return 'jsonrpc must be "2.0"'
+  const idMember = member(members, 'id')
+  let id: JsonRpcId | undefined
+  if (idMember !== undefined) {
+    const read = readId(body, idMember)
+    if (typeof read === 'string' && idMember.kind !== QUOTE) return read
+    id = read
+  }
+  const methodMember = member(members, 'method')
+  if (methodMember === undefined) {
     // A response from the client to a server-initiated request (sampling, elicitation, roots).
-    if (!hasId || (!('result' in m) && !('error' in m))) return 'message has neither a method nor a result or error'
+    if (idMember === undefined || (member(members, 'result') === undefined && member(members, 'error') === undefined)) {
+      return 'message has neither a method nor a result or error'
+    }
     return { id, method: '', target: '', gated: false, reason: '' }
   }
-  if (typeof m.method !== 'string' || m.method === '') return 'method must be a non-empty string'
-  const method = m.method
+  const method = text(body, methodMember)
+  if (method === undefined || method === '') return 'method must be a non-empty string'
   if (hasControlCharacters(method)) return 'method contains control characters'
-  const params = m.params
-  if (params !== undefined && (typeof params !== 'object' || params === null)) return 'params must be an object or an array'
-  const p = (params ?? {}) as Record<string, unknown>
+  const paramsMember = member(members, 'params')
+  if (paramsMember !== undefined && paramsMember.kind !== OBJECT && paramsMember.kind !== ARRAY) return 'params must be an object or an array'
+  if (method === 'completion/complete') {
+    const problem = completionProblem(body, message)
+    return problem ?? { id, method, target: '', gated: false, reason: '' }
+  }
+  if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '' }
+  const params = message.params
+  if (params !== null) {
+    const problem = ambiguousKeys(params, PARAMS, 'params')
+    if (problem !== null) return problem
+  }
   if (method === 'tools/call') {
-    if (typeof p.name !== 'string' || p.name === '') return 'tools/call needs params.name as a non-empty string'
-    return gatedCall(id, method, p.name)
+    const name = text(body, member(params, 'name'))
+    if (name === undefined || name === '') return 'tools/call needs params.name as a non-empty string'
+    return gatedCall(id, method, name)
   }
   // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
   // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name. A
   // list names nothing: whatever uri or name its caller adds is ignored upstream, so it is here too.
-  if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '' }
   if (method.endsWith('/list')) return gatedCall(id, method, '')
-  const target = method.startsWith('resources/') ? p.uri : p.name
-  return gatedCall(id, method, typeof target === 'string' ? target : '')
+  if (method.startsWith('resources/')) {
+    const uri = text(body, member(params, 'uri'))
+    const call = gatedCall(id, method, uri ?? '')
+    return typeof call === 'string' || uri === undefined ? call : resourceUriProblem(uri) ?? call
+  }
+  return gatedCall(id, method, text(body, member(params, 'name')) ?? '')
+}
+
+/**
+ * completion/complete names a prompt or a resource in `params.ref`: its keys and its URI follow the
+ * rules of the call it completes, so whatever judges it later sees what the server resolves.
+ */
+function completionProblem(body: Buffer, message: ScannedMessage): string | null {
+  if (message.params === null) return null
+  const problem = ambiguousKeys(message.params, PARAMS, 'params')
+  if (problem !== null || message.ref === null) return problem
+  const refProblem = ambiguousKeys(message.ref, REF, 'params.ref')
+  if (refProblem !== null) return refProblem
+  const uri = text(body, member(message.ref, 'uri'))
+  if (text(body, member(message.ref, 'type')) === 'ref/resource' && uri !== undefined) return resourceUriProblem(uri)
+  return null
 }
 
 function gatedCall(id: JsonRpcId | undefined, method: string, target: string): RpcCall | string {
@@ -68,14 +199,12 @@ function gatedCall(id: JsonRpcId | undefined, method: string, target: string): R
   return { id, method, target, gated: true, reason: '' }
 }
 
-function isId(value: unknown): boolean {
-  return value === null || typeof value === 'string' || (typeof value === 'number' && Number.isFinite(value))
-}
-
-function readableId(tree: unknown): JsonRpcId {
-  if (typeof tree === 'object' && tree !== null && 'id' in tree) {
-    const id = (tree as { id: unknown }).id
-    if (isId(id)) return id as JsonRpcId
-  }
-  return null
+/** The id to echo when a single message was refused, if it could be read. */
+function readableId(body: Buffer, message: ScannedMessage | undefined): JsonRpcId {
+  // An id among ambiguous keys (two of them, say) is not echoed: which one would be a guess.
+  if (message === undefined || message.kind !== OBJECT || ambiguousKeys(message.members, ENVELOPE, '') !== null) return null
+  const m = member(message.members, 'id')
+  if (m === undefined) return null
+  const id = readId(body, m)
+  return typeof id === 'string' && m.kind !== QUOTE ? null : id
 }

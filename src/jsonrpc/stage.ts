@@ -1,8 +1,34 @@
 import type { Exchange } from '../pipeline/exchange'
 import { PARSE_ERROR } from '../pipeline/methods'
 import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
-import { parseMessages } from './parse'
+import { type ParseResult, classifyScan } from './parse'
 import { type BodyResult, readBody } from './read-body'
+import { JsonScanner, type ScanLimits } from './scan'
+
+export interface JsonRpcLimits extends ScanLimits {
+  readonly maxBodyBytes: number
+}
+
+/**
+ * Bytes scanned before the event loop gets a turn. A 4 MiB body is scanned in 64 slices, so the
+ * calls of other callers interleave with it; a body below one slice (nearly every call) is scanned
+ * in one go and never waits for a turn.
+ */
+const SLICE_BYTES = 64 * 1024
+
+async function parse(body: Buffer, limits: ScanLimits): Promise<ParseResult> {
+  const scanner = new JsonScanner(body, limits)
+  let scan = scanner.step(SLICE_BYTES)
+  while (scan === null) {
+    await yieldToLoop()
+    scan = scanner.step(SLICE_BYTES)
+  }
+  return classifyScan(body, scan)
+}
+
+function yieldToLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve))
+}
 
 function tooLarge(maxBodyBytes: number): Refusal {
   return {
@@ -13,13 +39,6 @@ function tooLarge(maxBodyBytes: number): Refusal {
     data: { max_body_bytes: maxBodyBytes },
     headers: { connection: 'close' },
   }
-}
-
-const PREFLIGHT_WITH_BODY: Refusal = {
-  status: 400,
-  decision: 'error',
-  reason: 'a CORS preflight (no credentials) with a body: nothing unauthenticated is forwarded with content',
-  message: 'Bad request',
 }
 
 /** A request that announces a body (RFC 9112 §6.3): a non-zero Content-Length or any Transfer-Encoding. */
@@ -33,8 +52,6 @@ function hasBody(ex: Exchange): boolean {
  * forwarded as received (capped like any body) rather than silently dropped.
  */
 async function readOpaqueBody(ex: Exchange, maxBodyBytes: number, tooLargeRefusal: Refusal): Promise<Verdict> {
-  // Only a CORS preflight gets here without a verified caller, and a preflight has no body.
-  if (ex.principal === null) return PREFLIGHT_WITH_BODY
   return keepBody(ex, await readBody(ex.req, maxBodyBytes), tooLargeRefusal) ?? CONTINUE
 }
 
@@ -77,7 +94,8 @@ const CHARSET = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/gi
  * Reads the POST body (capped), parses it as JSON-RPC and records the calls on the Exchange. Other
  * methods carry no JSON-RPC and continue untouched.
  */
-export function jsonRpcStage(maxBodyBytes: number): Stage {
+export function jsonRpcStage(limits: JsonRpcLimits): Stage {
+  const maxBodyBytes = limits.maxBodyBytes
   const tooLargeRefusal = tooLarge(maxBodyBytes)
   return {
     name: 'jsonrpc',
@@ -96,7 +114,7 @@ export function jsonRpcStage(maxBodyBytes: number): Stage {
       }
       const unread = keepBody(ex, await readBody(ex.req, maxBodyBytes), tooLargeRefusal)
       if (unread !== null) return unread
-      const parsed = parseMessages(ex.body as Buffer)
+      const parsed = await parse(ex.body as Buffer, limits)
       if (!parsed.ok) {
         return {
           status: 400,

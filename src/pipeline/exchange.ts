@@ -51,6 +51,11 @@ export class Exchange {
   auditReserved = 0
   /** Key of the per-identity concurrency slot this request holds, released at its audit record; null when none. */
   concurrencyKey: string | null = null
+  /**
+   * The request's Origin when it is in allowed_origins (as the browser sent it), else null: every
+   * response then carries CORS headers for it, local answers and forwarded ones alike (http stage).
+   */
+  corsOrigin: string | null = null
 
   constructor(
     readonly req: IncomingMessage,

@@ -18,6 +18,11 @@ export interface Refusal {
   readonly headers?: Readonly<Record<string, string>>
   /** The id to echo when the body could not be parsed into calls but its id was readable. */
   readonly id?: JsonRpcId
+  /**
+   * Status and headers only, no JSON-RPC error body: a local answer that is not an error (the 204 to
+   * a CORS preflight, which a browser requires to be a 2xx). `message` is then unused.
+   */
+  readonly noBody?: boolean
 }
 
 export type Verdict = typeof CONTINUE | Refusal

@@ -3,6 +3,7 @@ import type { Pool } from 'pg'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { JsonlAuditSink } from '../audit/jsonl-sink'
+import { auditReservationStage } from '../audit/reservation-stage'
 import { AuditTrail } from '../audit/trail'
 import { PostgresAuditSink } from '../audit/postgres-sink'
 import { AuditSpill } from '../audit/spill'
@@ -15,10 +16,13 @@ import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
 import { type BudgetStage, budgetStage } from '../budget/stage'
 import type { BudgetStore } from '../budget/store'
+import { ConcurrencyLimiter } from '../concurrency/limiter'
+import { concurrencyStage } from '../concurrency/stage'
 import { keysNeedingRestart } from '../config/restart-keys'
 import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import type { Config } from '../config/types'
+import { httpStage } from '../http/stage'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger, RateLimitedLog } from '../log'
 import { Metrics } from '../metrics'
@@ -90,19 +94,27 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     writers.push(pgWriter)
     readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled }))
   }
-  const audit = new AuditTrail(writers, metrics)
+  const audit = new AuditTrail(writers, metrics, log)
 
   const authenticator = await openAuthenticator(config, log)
-  const upstream = new Upstream(config.upstream)
+  const upstream = new Upstream(config.upstream, config.http.trustedProxies)
   const store = await openBudgetStore(config, pool, options.budgetStore, log, closers)
-  const leading = [authStage(authenticator, config.auth), requestTargetStage(), jsonRpcStage(config.limits.maxBodyBytes)]
+  // One limiter for the process: built before `leading`, which every reload reuses, so the counts of
+  // requests in flight survive a reload (max_concurrent_per_identity itself is a restart key).
+  const concurrency = new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity)
+  // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
+  const leading = [
+    httpStage(config.http), authStage(authenticator, config.auth), requestTargetStage(), jsonRpcStage(config.limits),
+    // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
+    concurrencyStage(concurrency, metrics), auditReservationStage(audit),
+  ]
   let budget: BudgetStage | null = null
   const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
   const stagesFor = (cfg: Config): Stage[] => {
     budget = store === null ? null : budgetStage(store, cfg.budget, metrics, log, budgetFailures)
     return [...leading, ...(budget === null ? [] : [budget]), ...policyStages(cfg, log)] // budget before policy (DESIGN.md)
   }
-  const gateway = new Gateway(stagesFor(config), upstream, audit, log)
+  const gateway = new Gateway(stagesFor(config), upstream, audit, log, concurrency)
   let current = config
 
   let shuttingDown = false

@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
+import type { ConcurrencyLimiter } from '../concurrency/limiter'
 import { WardlineError, describeError } from '../errors'
 import { writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
+import { setCorsHeaders } from '../pipeline/cors'
 import { Exchange } from '../pipeline/exchange'
 import { type Refusal, type Stage, runStages } from '../pipeline/stage'
 import type { Upstream } from '../upstream/forward'
@@ -33,6 +35,8 @@ export class Gateway {
     private readonly upstream: Upstream,
     private readonly audit: AuditTrail,
     private readonly log: Logger,
+    /** Holds the per-identity slots the concurrency stage takes; the same one across reloads. */
+    private readonly concurrency: ConcurrencyLimiter,
   ) {}
 
   /** Swaps the stage chain (a config reload); requests already running keep the chain they started with. */
@@ -46,12 +50,21 @@ export class Gateway {
     try {
       const refusal = await runStages(this.stages, ex)
       if (refusal !== null) refuse(ex, refusal)
-      else await this.upstream.forward(ex)
+      else {
+        ex.forwarded = true // from here the request may run upstream: audited per batch element
+        await this.upstream.forward(ex)
+      }
     } catch (err) {
       this.replyWithError(ex, err)
     } finally {
       if (this.cuttingConnections && ex.aborted) ex.reason = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
       this.running.delete(ex)
+      // The slot the concurrency stage took is given back here, once, beside the audit record: every
+      // path (refused later, failed, client gone, stream closed) ends in this `finally`.
+      if (ex.concurrencyKey !== null) {
+        this.concurrency.release(ex.concurrencyKey)
+        ex.concurrencyKey = null
+      }
       this.audit.record(ex)
     }
   }
@@ -65,7 +78,10 @@ export class Gateway {
     const cause = err instanceof Error && err.cause !== undefined ? `: ${describeError(err.cause)}` : ''
     ex.reason = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
     if (!known) this.log.error('unexpected error while handling a request', { request_id: ex.requestId, error: describeError(err), stack: (err as Error)?.stack })
-    if (!ex.res.headersSent) ex.res.setHeader('x-wardline-request-id', ex.requestId)
+    if (!ex.res.headersSent) {
+      ex.res.setHeader('x-wardline-request-id', ex.requestId)
+      if (ex.corsOrigin !== null) setCorsHeaders(ex.res, ex.corsOrigin)
+    }
     const retry = status === 503 ? { 'retry-after': '1' } : undefined
     writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)
   }
@@ -81,6 +97,7 @@ const MESSAGES: Record<number, string> = {
 export function refuse(ex: Exchange, refusal: Refusal): void {
   // The caller's handle on this request in the audit trail, on local answers as on forwarded ones.
   ex.res.setHeader('x-wardline-request-id', ex.requestId)
+  if (ex.corsOrigin !== null) setCorsHeaders(ex.res, ex.corsOrigin)
   ex.decision = refusal.decision
   ex.status = refusal.status
   ex.reason = refusal.reason
@@ -88,5 +105,28 @@ export function refuse(ex: Exchange, refusal: Refusal): void {
   // Refused before its body was read (a 401): close rather than let Node drain a body of any size
   // from a caller nobody has authenticated.
   const headers = ex.req.complete ? refusal.headers : { ...refusal.headers, connection: 'close' }
+  if (refusal.noBody) return writeEmpty(ex, refusal.status, headers)
+  // JSON-RPC 2.0 §4.1: a notification is never answered. A refused one (a tools/call sent without an
+  // id) gets 202 and no body, as the transport answers any notification; its audit entry still says
+  // what was decided, with status 202.
+  if (onlyNotifications(ex)) {
+    ex.status = 202
+    return writeEmpty(ex, 202, headers)
+  }
   writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, headers)
+}
+
+/** True when the body held only notifications (requests without an id): nothing may be answered. */
+function onlyNotifications(ex: Exchange): boolean {
+  const calls = ex.calls
+  if (calls.length === 0) return false
+  for (let i = 0; i < calls.length; i++) if (calls[i].id !== undefined || calls[i].method === '') return false
+  return true
+}
+
+/** A local answer with status and headers only (a preflight's 204): no body, no Content-Type, no Mcp-Session-Id. */
+function writeEmpty(ex: Exchange, status: number, headers: Readonly<Record<string, string>> | undefined): void {
+  ex.res.statusCode = status
+  if (headers) for (const name in headers) ex.res.setHeader(name, headers[name])
+  ex.res.end()
 }

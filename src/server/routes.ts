@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { ResourceMetadata } from '../config/types'
 import type { Metrics } from '../metrics'
-import type { ReadinessCheck } from '../readiness'
+import { type ReadinessCheck, SharedReadiness } from '../readiness'
 
 export interface LocalRoutes {
   /** Answers the request when it is one of the gateway's own endpoints; false means "proxy it". */
@@ -10,18 +10,26 @@ export interface LocalRoutes {
 
 export interface RouteDeps {
   readonly metrics: Metrics
+  /** Read once, when localRoutes is called: every check must be in it by then. */
   readonly readiness: readonly ReadinessCheck[]
   readonly isShuttingDown: () => boolean
   readonly beforeMetrics: () => void
   readonly resourceMetadata: ResourceMetadata | null
   /** Extra fields for the /readyz body (budget fail-opens in the last minute…). */
   readonly readyDetails?: () => Record<string, unknown>
+  /** How long a readiness result is reused (default 1000 ms; see SharedReadiness). */
+  readonly readinessMaxAgeMs?: number
+  /** Monotonic clock for that age (tests inject one). */
+  readonly now?: () => number
 }
 
 const PROTECTED_RESOURCE = '/.well-known/oauth-protected-resource'
 
 /** /healthz, /readyz, /metrics (any method) and the RFC 9728 metadata: never proxied, never audited. */
 export function localRoutes(deps: RouteDeps): LocalRoutes {
+  // /readyz needs no token: every check is shared (one probe in flight, a result reused for 1 s), so
+  // a flood of probes costs the database one connection a second, not one per request.
+  const checks = deps.readiness.map((c) => new SharedReadiness(c, deps.readinessMaxAgeMs ?? READINESS_MAX_AGE_MS, deps.now))
   const metadataBody = deps.resourceMetadata === null ? null : JSON.stringify({
     resource: deps.resourceMetadata.resource,
     authorization_servers: deps.resourceMetadata.authorizationServers,
@@ -38,7 +46,7 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
         return true
       }
       if (path === '/readyz') {
-        void ready(deps, res)
+        void ready(deps, checks, res)
         return true
       }
       if (path === '/metrics') {
@@ -62,26 +70,29 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
   }
 }
 
-async function ready(deps: RouteDeps, res: ServerResponse): Promise<void> {
+/** Longest a /readyz answer's checks may be out of date. */
+const READINESS_MAX_AGE_MS = 1000
+
+async function ready(deps: RouteDeps, checks: readonly ReadinessCheck[], res: ServerResponse): Promise<void> {
   if (deps.isShuttingDown()) {
     json(res, 503, { status: 'shutting_down' })
     return
   }
-  const checks: Record<string, unknown> = {}
+  const results: Record<string, unknown> = {}
   let ok = true
   await Promise.all(
-    deps.readiness.map(async (c) => {
+    checks.map(async (c) => {
       try {
         const result = await c.check()
-        checks[c.name] = { ok: result.ok, ...result.detail }
+        results[c.name] = { ok: result.ok, ...result.detail }
         ok &&= result.ok
       } catch (err) {
-        checks[c.name] = { ok: false, error: (err as Error).message }
+        results[c.name] = { ok: false, error: (err as Error).message }
         ok = false
       }
     }),
   )
-  json(res, ok ? 200 : 503, { status: ok ? 'ready' : 'not_ready', checks, ...deps.readyDetails?.() })
+  json(res, ok ? 200 : 503, { status: ok ? 'ready' : 'not_ready', checks: results, ...deps.readyDetails?.() })
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

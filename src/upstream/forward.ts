@@ -2,7 +2,9 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/types'
 import { WardlineError, describeError } from '../errors'
+import { pushCorsHeaders } from '../pipeline/cors'
 import type { Exchange } from '../pipeline/exchange'
+import { ForwardedHeaders } from './forwarded'
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers'
 
 /** undici codes meaning the upstream never answered in time. */
@@ -24,8 +26,11 @@ export class Upstream {
   private readonly origin: URL
   private readonly basePath: string
   private readonly timeoutMs: number
+  private readonly forwardedHeaders: ForwardedHeaders
 
-  constructor(config: UpstreamConfig) {
+  /** `trustedProxies`: peers whose X-Forwarded-* chain is extended rather than replaced (IPs, CIDRs). */
+  constructor(config: UpstreamConfig, trustedProxies: readonly string[] = []) {
+    this.forwardedHeaders = new ForwardedHeaders(trustedProxies)
     this.origin = new URL(config.url)
     this.basePath = this.origin.pathname.replace(/\/+$/, '')
     this.timeoutMs = config.timeoutSeconds * 1000
@@ -57,11 +62,7 @@ export class Upstream {
       headers.push('x-wardline-identity', headerSafe(ex.principal.identity), 'x-wardline-tenant', headerSafe(ex.principal.tenant))
     }
     headers.push('x-wardline-request-id', ex.requestId)
-    const remote = req.socket.remoteAddress
-    if (remote) {
-      const prior = req.headers['x-forwarded-for']
-      headers.push('x-forwarded-for', prior ? `${prior}, ${remote}` : remote)
-    }
+    this.forwardedHeaders.push(req, headers)
     return new Promise((resolve, reject) => {
       const handler = new RelayHandler(ex, resolve, reject, this.timeoutMs)
       ;(req.method === 'GET' ? this.streams : this.pool).dispatch(
@@ -131,8 +132,10 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.started = true
     const res = this.ex.res
     const extra = this.ex.responseHeaders
-    const out = clientResponseHeaders(headers, extra)
+    const cors = this.ex.corsOrigin
+    const out = clientResponseHeaders(headers, extra, cors !== null)
     if (extra !== null) for (const name in extra) out.push(name, extra[name])
+    if (cors !== null) pushCorsHeaders(out, cors)
     out.push('x-wardline-request-id', this.ex.requestId)
     // SSE (no content-length): send the headers now rather than with the first event, which may be
     // minutes away. A sized body follows at once: flushing its head separately cost a second socket

@@ -17,8 +17,10 @@ const HOP_BY_HOP = new Set([
 const DROPPED_REQUEST = new Set([
   ...HOP_BY_HOP, 'host', 'content-length', 'expect', 'authorization', 'x-wardline-identity', 'x-wardline-tenant',
   'x-wardline-request-id',
-  // Re-sent once, with the client's address appended (forward.ts), never twice.
-  'x-forwarded-for',
+  // Set by the gateway (forwarded.ts), never twice: from a trusted proxy the chain is extended, from
+  // anyone else replaced, so a client cannot forge its address, Host or scheme. RFC 7239's Forwarded
+  // says the same things, so it goes too (kept only from a trusted proxy).
+  'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'forwarded',
 ])
 
 /** Response headers the gateway answers for itself or that describe the upstream connection. */
@@ -52,13 +54,16 @@ export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingH
 /**
  * Flat [name, value, …] list for writeHead from undici's parsed response headers. Headers the gateway
  * sets itself (`own`, lower-case names: its RateLimit fields) replace the upstream's: two RateLimit
- * fields naming the same "identity" item would leave a client to guess which one binds.
+ * fields naming the same "identity" item would leave a client to guess which one binds. With `cors`
+ * (a listed browser origin) every Access-Control-* header of the upstream goes: the gateway's CORS
+ * policy answers for the origin it checked, and an upstream's `*` or other origin must not widen it.
  */
-export function clientResponseHeaders(headers: IncomingHttpHeaders, own: Readonly<Record<string, string>> | null = null): string[] {
+export function clientResponseHeaders(headers: IncomingHttpHeaders, own: Readonly<Record<string, string>> | null = null, cors = false): string[] {
   const named = connectionTokens(headers.connection)
   const out: string[] = []
   for (const name in headers) {
     if (DROPPED_RESPONSE.has(name) || (named !== null && named.has(name)) || (own !== null && Object.hasOwn(own, name))) continue
+    if (cors && name.startsWith('access-control-')) continue
     const value = headers[name]
     if (value === undefined) continue
     if (Array.isArray(value)) for (const v of value) out.push(name, v)

@@ -1,4 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs'
+import { open } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { AuditEntry } from '../../src/audit/entry'
 import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
@@ -34,5 +35,63 @@ describe('the JSONL audit sink', () => {
     const sink = await JsonlAuditSink.open(join(tempDir(), 'audit.jsonl'))
     await sink.close()
     await expect(sink.write([entry('late')])).rejects.toThrow('is closed')
+  })
+})
+
+describe('line integrity', () => {
+  test('after a write torn by a full disk, the next write starts on a fresh line and no entry is glued onto the torn one', async () => {
+    const path = join(tempDir(), 'audit.jsonl')
+    // A real FileHandle on the real file whose first append lands part of its bytes and then fails
+    // with ENOSPC, as a full disk does (injected through the sink's documented openFile test seam).
+    let failNext = true
+    const sink = await JsonlAuditSink.open(path, {
+      openFile: async (p, flags) => {
+        const handle = await open(p, flags)
+        const append = handle.appendFile.bind(handle)
+        handle.appendFile = async (data: string | Uint8Array) => {
+          if (!failNext) return append(data)
+          failNext = false
+          await handle.write(String(data).slice(0, 40))
+          throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' })
+        }
+        return handle
+      },
+    })
+    await expect(sink.write([entry('a')])).rejects.toThrow('ENOSPC')
+    await sink.write([entry('a')]) // the writer's retry of the same batch
+    await sink.write([entry('b')])
+    await sink.close()
+    const lines = readFileSync(path, 'utf8').split('\n')
+    expect(lines).toHaveLength(4)
+    expect(lines[0]).toBe(JSON.stringify(entry('a')).slice(0, 40))
+    expect(lines.slice(1, 3).map((l) => (JSON.parse(l) as AuditEntry).request_id)).toEqual(['a', 'b'])
+    expect(lines[3]).toBe('')
+  })
+
+  test('a file left ending in a torn line by an earlier run gets a newline before the first new entry', async () => {
+    const path = join(tempDir(), 'audit.jsonl')
+    writeFileSync(path, `${JSON.stringify(entry('old'))}\n{"timestamp":"2026-11-29T00:00:00.000Z","requ`)
+    const sink = await JsonlAuditSink.open(path)
+    await sink.write([entry('new')])
+    await sink.write([entry('newer')])
+    await sink.close()
+    const lines = readFileSync(path, 'utf8').trimEnd().split('\n')
+    expect(lines).toHaveLength(4)
+    expect([lines[0], lines[2], lines[3]].map((l) => (JSON.parse(l) as AuditEntry).request_id)).toEqual(['old', 'new', 'newer'])
+  })
+
+  test('U+2028 and U+2029 in a field are written escaped, and the line reads back to the same string', async () => {
+    const path = join(tempDir(), 'audit.jsonl')
+    const sink = await JsonlAuditSink.open(path)
+    const tool = 'evil\u2028{"decision":"allow"}\u2029x'
+    await sink.write([{ ...entry('sep'), tool }])
+    await sink.close()
+    const text = readFileSync(path, 'utf8')
+    expect(text).not.toMatch(/[\u2028\u2029]/)
+    expect(text).toContain('evil\\u2028{')
+    expect(text).toContain('}\\u2029x')
+    // Python's str.splitlines() and JavaScript line terminators would split here; nothing is left to split.
+    expect(text.split(/\r\n|[\n\r\u2028\u2029]/).filter((l) => l.length > 0)).toHaveLength(1)
+    expect((JSON.parse(text) as AuditEntry).tool).toBe(tool)
   })
 })

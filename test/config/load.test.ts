@@ -12,7 +12,8 @@ describe('configuration loading', () => {
     const config = parseConfig('upstream: http://127.0.0.1:3001/\nauth: { mode: header }\n', { env: {}, baseDir: '/srv' })
     expect(config.listen).toEqual({ host: '127.0.0.1', port: 8080 })
     expect(config.upstream).toEqual({ url: 'http://127.0.0.1:3001', timeoutSeconds: 30, connections: 128 })
-    expect(config.limits.maxBodyBytes).toBe(1048576)
+    expect(config.limits).toEqual({ maxBodyBytes: 4194304, maxJsonDepth: 64, maxBatchMessages: 100, maxConcurrentPerIdentity: 64, requestTimeoutSeconds: 300 })
+    expect(config.http).toEqual({ allowedOrigins: [], allowedHosts: [], trustedProxies: [] })
     expect(config.features).toEqual({ budgetEnforcement: false, postgresStorage: false })
     expect(config.audit.output).toBe('stdout')
     expect(Object.isFrozen(config.upstream)).toBe(true)
@@ -44,6 +45,29 @@ describe('configuration loading', () => {
       ]),
     )
     expect(found).toHaveLength(8)
+  })
+
+  test('origins, hosts and proxies are checked one by one and kept lower-cased', () => {
+    const base = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
+    const config = parseConfig(`${base}allowed_origins: [HTTP://LocalHost:6274, "null"]\nallowed_hosts: [Example.com, "127.0.0.1:8080", "[::1]:8080"]\ntrusted_proxies: [10.0.0.0/8, "::1"]\n`, { env: {}, baseDir: '/srv' })
+    expect(config.http).toEqual({
+      allowedOrigins: ['http://localhost:6274', 'null'],
+      allowedHosts: ['example.com', '127.0.0.1:8080', '[::1]:8080'],
+      trustedProxies: ['10.0.0.0/8', '::1'],
+    })
+    expect(problems(`${base}allowed_origins: [https://a.example/, "https://b.example:443", "*", "x"]\nallowed_hosts: ["a b", "h:70000"]\ntrusted_proxies: [10.0.0.0/33, nope]\nmax_json_depth: 3\nmax_batch_messages: 0\nmax_concurrent_per_identity: 1.5\n`)).toEqual([
+      'max_json_depth: must be between 4 and 1000',
+      'max_batch_messages: must be between 1 and 10000',
+      'max_concurrent_per_identity: must be a whole number',
+      expect.stringMatching(/^allowed_origins\[0\]: must be an origin .*"https:\/\/a.example\/"/),
+      expect.stringMatching(/^allowed_origins\[1\]: must be an origin/),
+      expect.stringMatching(/^allowed_origins\[2\]: must be an origin/),
+      expect.stringMatching(/^allowed_origins\[3\]: must be an origin/),
+      expect.stringMatching(/^allowed_hosts\[0\]: must be a host name/),
+      expect.stringMatching(/^allowed_hosts\[1\]: must be a host name/),
+      expect.stringMatching(/^trusted_proxies\[0\]: must be an IP address or a CIDR block/),
+      expect.stringMatching(/^trusted_proxies\[1\]: must be an IP address or a CIDR block/),
+    ])
   })
 
   test('${VAR} and ${VAR:-default} come from the environment; a missing one is named', () => {

@@ -1,6 +1,7 @@
 import { parseMessages } from '../../src/jsonrpc/parse'
 
-const parse = (value: unknown) => parseMessages(Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)))
+const LIMITS = { maxJsonDepth: 64, maxBatchMessages: 100 }
+const parse = (value: unknown, limits = LIMITS) => parseMessages(Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)), limits)
 
 describe('parsing JSON-RPC bodies', () => {
   test('a tools/call is gated and targets its tool name', () => {
@@ -52,5 +53,116 @@ describe('parsing JSON-RPC bodies', () => {
   test("a client's response to a server request passes as an ungated message", () => {
     const parsed = parse({ jsonrpc: '2.0', id: 'srv-1', result: {} })
     expect(parsed.ok && parsed.calls[0]).toMatchObject({ id: 'srv-1', method: '', gated: false })
+  })
+
+  test('ids are strings, null or plain safe integers: 1.0, 1e2 and 2^53 + 1 read differently elsewhere', () => {
+    for (const id of ['1.0', '1e2', '9007199254740993', '-0', 'true', '{}']) {
+      expect(parse(`{"jsonrpc":"2.0","id":${id},"method":"ping"}`)).toMatchObject({ ok: false, code: -32600, id: null })
+    }
+    for (const [raw, id] of [['-12', -12], ['0', 0], ['"a\\u00e9"', 'aé'], ['null', null]] as const) {
+      expect(parse(`{"jsonrpc":"2.0","id":${raw},"method":"ping"}`)).toMatchObject({ ok: true, calls: [{ id }] })
+    }
+  })
+})
+
+/** The requests issue 9 found a Go-style (case-insensitive, last-wins) upstream would run as another call. */
+const AMBIGUOUS: ReadonlyArray<readonly [string, string, RegExp]> = [
+  ['Method beside method', '{"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"tools/call","params":{"name":"expensive_tool"}}', /keys "method" and "Method" in the message are equal under case folding/],
+  ['Name beside name', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"expensive_tool"}}', /keys "name" and "Name" in params/],
+  ['PARAMS beside params', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"PARAMS":{"name":"expensive_tool"}}', /"params" and "PARAMS"/],
+  ['paramſ (Go folds ſ to s)', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"paramſ":{"name":"expensive_tool"}}', /"params" and "paramſ"/],
+  ['METHOD beside ping', '{"jsonrpc":"2.0","id":1,"method":"ping","METHOD":"tools/call","params":{"name":"expensive_tool"}}', /"method" and "METHOD"/],
+  ['a duplicate method', '{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}', /duplicate key "method" in the message/],
+  ['a duplicate tool name', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"expensive_tool"}}', /duplicate key "name" in params/],
+  ['an escaped duplicate', '{"jsonrpc":"2.0","id":1,"\\u006dethod":"ping","method":"tools/call","params":{"name":"x"}}', /duplicate key "method"/],
+  ['Method alone', '{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"x"}}', /key "Method" in the message is a case variant of "method"/],
+  ['Params alone', '{"jsonrpc":"2.0","id":1,"method":"tools/call","Params":{"name":"x"}}', /case variant of "params"/],
+  ['Arguments beside arguments', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{},"Arguments":{"p":1}}}', /"arguments" and "Arguments"/],
+  ['the Kelvin sign', '{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"a","\u212Aey":1,"key":2}}', /equal under case folding/],
+  ['a URI in another case', '{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a:/x","URI":"b:/y"}}', /"uri" and "URI"/],
+  ['a duplicate in a batch element', '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping","method":"tools/call"}]', /^batch element 1: duplicate key "method"/],
+  ['a duplicate ref uri', '{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"a:/x","uri":"b:/y"},"argument":{"name":"n","value":""}}}', /duplicate key "uri" in params.ref/],
+]
+
+describe('one reading of every message', () => {
+  test.each(AMBIGUOUS)('%s is refused as an invalid request', (_what, body, reason) => {
+    const parsed = parse(body)
+    expect(parsed).toMatchObject({ ok: false, code: -32600 })
+    expect(!parsed.ok && parsed.reason).toMatch(reason)
+  })
+
+  test("keys the gateway does not judge may repeat deeper down (arguments are the tool's business)", () => {
+    const parsed = parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"opts":{"a":1,"a":2},"A":1,"a":3}}}')
+    expect(parsed).toMatchObject({ ok: true, calls: [{ target: 'x' }] })
+  })
+
+  test('a lone surrogate escape and invalid UTF-8 are parse errors: decoders turn them into different names', () => {
+    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\ud800"}}')).toMatchObject({ ok: false, code: -32700, reason: expect.stringContaining('lone UTF-16 surrogate') })
+    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\udc00b"}}')).toMatchObject({ ok: false, code: -32700 })
+    const invalid = Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a'), Buffer.from([0xff]), Buffer.from('"}}')])
+    expect(parseMessages(invalid, LIMITS)).toMatchObject({ ok: false, code: -32700, reason: 'malformed JSON: body is not valid UTF-8' })
+    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud83d\\ude00"}}')).toMatchObject({ ok: true, calls: [{ target: '😀' }] })
+  })
+
+  test('nesting past max_json_depth is refused without parsing, in time linear in the body', () => {
+    const deep = '['.repeat(500_000) + ']'.repeat(500_000)
+    const started = performance.now()
+    expect(parse(deep)).toEqual({ ok: false, code: -32600, id: null, reason: 'JSON nested deeper than 64 levels (max_json_depth)' })
+    expect(performance.now() - started).toBeLessThan(1000) // generous: JSON.parse took 0.8–1.3 s on this body
+    const call = (depth: number) => `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":${'['.repeat(depth)}${']'.repeat(depth)}}}`
+    expect(parse(call(62))).toMatchObject({ ok: true }) // the message is level 1, params 2: 2 + 62 = 64
+    expect(parse(call(63))).toMatchObject({ ok: false, code: -32600 })
+  })
+
+  test('a batch longer than max_batch_messages is refused as soon as the scanner meets the extra element', () => {
+    const batch = (n: number) => JSON.stringify(Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'ping' })))
+    expect(parse(batch(100))).toMatchObject({ ok: true })
+    expect(parse(batch(101))).toEqual({ ok: false, code: -32600, id: null, reason: 'batch has more than 100 messages (max_batch_messages)' })
+    expect(parse(batch(3), { maxJsonDepth: 64, maxBatchMessages: 2 })).toMatchObject({ ok: false, code: -32600 })
+  })
+
+  test.each([
+    ['a climbing path', 'file:///public/../private/secret', /not in normal form \(a server reads it as "file:\/\/\/private\/secret"\)/],
+    ['encoded dots', 'file:///public/%2e%2e/private/secret', /not in normal form/],
+    ['an encoded slash', 'file:///public/..%2Fprivate/secret', /percent-encoded dot, slash or backslash/],
+    ['backslashes', 'file:///public\\..\\private\\secret', /not in normal form/],
+    ['an upper-case scheme', 'EXAMPLE://secret', /a server reads it as "example:\/\/secret"/],
+    ['surrounding whitespace', ' example://secret', /not in normal form/],
+    ['no scheme', 'secret', /is not an absolute URI/],
+  ])('a resource URI with %s is refused rather than guessed at', (_what, uri, reason) => {
+    for (const method of ['resources/read', 'resources/subscribe']) {
+      const parsed = parse({ jsonrpc: '2.0', id: 4, method, params: { uri } })
+      expect(parsed).toMatchObject({ ok: false, code: -32600, id: 4 })
+      expect(!parsed.ok && parsed.reason).toMatch(reason)
+    }
+    const completion = parse({ jsonrpc: '2.0', id: 5, method: 'completion/complete', params: { ref: { type: 'ref/resource', uri }, argument: { name: 'a', value: '' } } })
+    expect(completion).toMatchObject({ ok: false, code: -32600, id: 5 })
+  })
+
+  test('a URI already in normal form is judged as it stands', () => {
+    for (const uri of ['file:///public/readme.md', 'example://secret', 'https://example.com/a?b=c', 'test://static/resource/1']) {
+      expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri } })).toMatchObject({ ok: true, calls: [{ target: uri }] })
+    }
+  })
+})
+
+describe('the scanner agrees with JSON.parse on what is JSON', () => {
+  const cases = [
+    '{}', '[]', '{"a":[1,2,{"b":null}]}', '  {"a" : "b" }\n', '{"a":-0.5e+10}', '{"a":"\\\\\\"\\/\\b\\f\\n\\r\\t"}',
+    '{"a":01}', '{"a":1.}', '{"a":.5}', '{"a":+1}', '{"a":1e}', '{"a":tru}', '{"a":nul}', '{"a":"\\x"}', '{"a":"\\u12"}',
+    '{"a" "b"}', '{"a":1,}', '[1,]', '[1 2]', '{"a":1}}', '{"a":1}{', '{a:1}', "{'a':1}", '{"a":"b\tc"}', '\ufeff{}',
+    '{"a":NaN}', '{"a":Infinity}', '[', '"', '{"a":"\\u0000"}', '{"a":1}x', '', ' ', '{"a":[}', '{"a":{]}',
+  ]
+  test.each(cases)('%j', (text) => {
+    const source = text
+    let parses = true
+    try {
+      JSON.parse(source)
+    } catch {
+      parses = false
+    }
+    const result = parseMessages(Buffer.from(source), LIMITS)
+    const malformed = !result.ok && result.code === -32700
+    expect(malformed).toBe(!parses)
   })
 })

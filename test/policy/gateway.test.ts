@@ -123,7 +123,7 @@ describe('policy at the gateway', () => {
     expect((await h.audit()).slice(-1)[0]).toMatchObject({ method: 'tools/list', decision: 'passthrough', status: 200 })
   })
 
-  test('a batch with one denied element is refused whole, with one audit entry per gated element', async () => {
+  test('a batch with one denied element is refused whole, with one audit entry naming the denied element', async () => {
     let reply!: Reply
     const { entries, upstreamRequests } = await observe(h, async () => {
       reply = await post(h, [toolCall('echo', { text: 'a' }, 1), toolCall('expensive_tool', {}, 2), rpc('tools/list', {}, 3)], 'intern-kim')
@@ -131,10 +131,9 @@ describe('policy at the gateway', () => {
     expect(reply.status).toBe(403)
     expect(reply.json).toEqual(FORBIDDEN(null))
     expect(upstreamRequests).toBe(0)
-    expect(entries.map((e) => [e.request_id.split('/')[1], e.method, e.tool, e.decision, e.status, e.reason])).toEqual([
-      ['0', 'tools/call', 'echo', 'deny', 403, 'batch refused: element 1 denied by rule 0'],
-      ['1', 'tools/call', 'expensive_tool', 'deny', 403, 'rule 0'],
-      ['rest', 'tools/list', '', 'deny', 403, 'batch refused: element 1 denied by rule 0'],
+    // One entry for a refused request, however long its batch (issue 9: refused batches flooded the queue).
+    expect(entries.map((e) => [e.request_id.includes('/'), e.method, e.tool, e.decision, e.status, e.reason])).toEqual([
+      [false, 'tools/call,tools/list', 'expensive_tool', 'deny', 403, 'batch refused: element 1 denied by rule 0'],
     ])
   })
 })

@@ -1,0 +1,52 @@
+import type { Metrics } from '../metrics'
+import type { Exchange } from '../pipeline/exchange'
+import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { type ConcurrencyLimiter, concurrencyKey } from './limiter'
+
+/**
+ * Right after auth: one identity may have at most `limiter.maxPerKey` requests in flight, GET/SSE
+ * streams included, so a caller whose requests the upstream never answers cannot hold every upstream
+ * socket (issue 9, item 5). The slot is taken here and its key recorded on `ex.concurrencyKey`; the
+ * Gateway releases it when it writes the request's audit record, whatever happened in between.
+ * Requests without a principal (refused by auth, CORS preflights) hold no slot.
+ *
+ * Runs after the body is parsed, because `initialize` is never refused (DESIGN.md: a 4xx there pushes
+ * clients onto the legacy transport): it takes a slot past the cap rather than a 429. Reading the body
+ * first costs no upstream socket, which is what the cap protects; max_body_bytes and
+ * request_timeout_seconds bound what a capped caller can make the gateway buffer.
+ */
+export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics): Stage {
+  const refusal: Refusal = {
+    status: 429,
+    decision: 'throttled',
+    reason: `concurrency limit: ${limiter.maxPerKey} requests in flight for this identity (max_concurrent_per_identity)`,
+    message: 'Too many requests in flight',
+    // A slot frees as soon as one of the caller's own requests ends: 1 s is the smallest honest wait.
+    data: { retry_after_seconds: 1 },
+    headers: { 'retry-after': '1', 'cache-control': 'no-store' },
+  }
+  return {
+    name: 'concurrency',
+    run(ex: Exchange) {
+      const principal = ex.principal
+      if (principal === null) return CONTINUE
+      const key = concurrencyKey(principal.tenant, principal.identity)
+      if (!limiter.tryAcquire(key)) {
+        if (!opensSession(ex)) {
+          metrics.concurrencyRefused.inc()
+          return refusal
+        }
+        limiter.acquire(key)
+      }
+      ex.concurrencyKey = key
+      return CONTINUE
+    },
+  }
+}
+
+/** True when the body holds an `initialize` (alone or in a batch). */
+function opensSession(ex: Exchange): boolean {
+  const calls = ex.calls
+  for (let i = 0; i < calls.length; i++) if (calls[i].method === 'initialize') return true
+  return false
+}

@@ -1,0 +1,153 @@
+import type { HttpConfig } from '../config/types'
+import type { Exchange } from '../pipeline/exchange'
+import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+
+/**
+ * Request headers a browser may send to the gateway (Access-Control-Allow-Headers): the MCP transport's
+ * (MCP 2025-11-25, Streamable HTTP) and the bearer token's. `mcp-param-*` is matched as a prefix: CORS
+ * has no pattern syntax, so the requested names are echoed, never a `*`.
+ */
+const ALLOWED_REQUEST_HEADERS = new Set([
+  'authorization', 'content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id', 'mcp-method', 'mcp-name',
+])
+const PARAM_HEADER_PREFIX = 'mcp-param-'
+
+/** The methods of the Streamable HTTP transport; HEAD and GET are CORS-safelisted anyway. */
+const PREFLIGHT_HEADERS = {
+  'access-control-allow-methods': 'GET, POST, DELETE, OPTIONS',
+  'access-control-max-age': '600',
+} as const
+
+/** Header values can be kilobytes long; the audit reason keeps enough to recognise one. */
+const MAX_REASON_VALUE = 200
+
+/**
+ * The first stage, before authentication: who may address the gateway at all.
+ *
+ * - `allowed_hosts` set: the Host header must be listed (an entry without a port accepts any port).
+ *   The gateway rewrites Host for the upstream, so an upstream's own DNS-rebinding check (the SDK's
+ *   allowedHosts) only ever sees the gateway's target; this check takes its place.
+ * - An Origin header must be in `allowed_origins` (MCP 2025-11-25, Streamable HTTP, "Security
+ *   Warning": servers MUST validate Origin to prevent DNS rebinding). A listed origin is recorded on
+ *   the Exchange, and every response then carries CORS headers for it.
+ * - A CORS preflight from a listed origin is answered here with a 204: it never carries credentials
+ *   (Fetch standard, CORS-preflight request), so it could not pass authentication, and it asks the
+ *   gateway's CORS policy, not the upstream's.
+ *
+ * Without Origin (every non-browser client) and without allowed_hosts, this costs one header lookup.
+ */
+export function httpStage(config: HttpConfig): Stage {
+  const origins = new Set(config.allowedOrigins)
+  const hosts = hostMatcher(config.allowedHosts)
+  return {
+    name: 'http',
+    run(ex: Exchange) {
+      const origin = ex.req.headers.origin
+      if (origin !== undefined) {
+        // Browsers send the ASCII serialisation, lower-case; the comparison does not rely on it.
+        if (!origins.has(origin.toLowerCase())) return forbidden('origin', origin, 'allowed_origins', 'Forbidden: origin not allowed')
+        // Echoed as sent: a browser compares Access-Control-Allow-Origin to its Origin byte for byte.
+        ex.corsOrigin = origin
+      }
+      if (hosts !== null) {
+        const refusal = hosts.check(ex)
+        if (refusal !== null) return refusal
+      }
+      if (origin !== undefined && ex.req.method === 'OPTIONS' && ex.req.headers['access-control-request-method'] !== undefined) {
+        return preflight(ex.req.headers['access-control-request-headers'])
+      }
+      return CONTINUE
+    },
+  }
+}
+
+function forbidden(what: string, value: string, key: string, message: string): Refusal {
+  const shown = value.length > MAX_REASON_VALUE ? `${value.slice(0, MAX_REASON_VALUE)}…` : value
+  return { status: 403, decision: 'error', reason: `${what} ${shown} not in ${key}`, message }
+}
+
+const NO_HOST: Refusal = {
+  status: 403,
+  decision: 'error',
+  reason: 'no host header (allowed_hosts is set)',
+  message: 'Forbidden: host not allowed',
+}
+
+/** RFC 9112 §3.2: a server MUST answer 400 to more than one Host; which one counts is anyone's guess. */
+const TWO_HOSTS: Refusal = {
+  status: 400,
+  decision: 'error',
+  reason: 'more than one host header',
+  message: 'Bad request: more than one Host header',
+}
+
+interface HostMatcher {
+  check(ex: Exchange): Refusal | null
+}
+
+/** Null when allowed_hosts is empty (any Host). Entries are split once into exact host:port and any-port names. */
+function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
+  if (allowedHosts.length === 0) return null
+  const exact = new Set<string>()
+  const anyPort = new Set<string>()
+  for (const entry of allowedHosts) {
+    const { name, port } = splitHost(entry)
+    if (port === '') anyPort.add(canonicalName(name))
+    else exact.add(`${canonicalName(name)}:${port}`)
+  }
+  return {
+    check(ex: Exchange): Refusal | null {
+      const host = ex.req.headers.host
+      if (host === undefined || host === '') return NO_HOST
+      if (hostCount(ex.req.rawHeaders) > 1) return TWO_HOSTS
+      const value = host.toLowerCase()
+      if (exact.has(value)) return null
+      const { name } = splitHost(value)
+      return anyPort.has(name) ? null : forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
+    },
+  }
+}
+
+function hostCount(raw: readonly string[]): number {
+  let count = 0
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === 'host') count++
+  return count
+}
+
+/** `name` keeps an IPv6 literal's brackets; `port` is '' when there is none. */
+function splitHost(host: string): { name: string; port: string } {
+  const colon = host.charCodeAt(0) === 91 /* [ */ ? host.indexOf(':', host.indexOf(']')) : host.indexOf(':')
+  return colon < 0 ? { name: host, port: '' } : { name: host.slice(0, colon), port: host.slice(colon + 1) }
+}
+
+/** Browsers send an IPv6 literal in its shortest form ([::1]); a config entry may spell it out. */
+function canonicalName(name: string): string {
+  return name.startsWith('[') && URL.canParse(`http://${name}`) ? new URL(`http://${name}`).hostname : name
+}
+
+const PREFLIGHT_REASON = 'CORS preflight answered by the gateway'
+
+const PREFLIGHT: Refusal = {
+  status: 204,
+  decision: 'passthrough',
+  reason: PREFLIGHT_REASON,
+  message: '',
+  headers: PREFLIGHT_HEADERS,
+  noBody: true,
+}
+
+/**
+ * The 204 to a preflight from a listed origin (the gateway adds Access-Control-Allow-Origin and Vary
+ * to every answer for one). Requested headers are allowed only when every one is on the list; else
+ * Access-Control-Allow-Headers is left out, so the browser refuses the actual request itself.
+ */
+function preflight(requested: string | undefined): Refusal {
+  if (requested === undefined || requested.trim() === '') return PREFLIGHT
+  const names = requested.toLowerCase().split(',').map((name) => name.trim()).filter((name) => name !== '')
+  const refused = names.find((name) => !ALLOWED_REQUEST_HEADERS.has(name) && !(name.startsWith(PARAM_HEADER_PREFIX) && name.length > PARAM_HEADER_PREFIX.length))
+  if (refused !== undefined) {
+    const shown = refused.length > MAX_REASON_VALUE ? `${refused.slice(0, MAX_REASON_VALUE)}…` : refused
+    return { ...PREFLIGHT, reason: `${PREFLIGHT_REASON}; request header ${shown} not allowed, so none are` }
+  }
+  return { ...PREFLIGHT, headers: { ...PREFLIGHT_HEADERS, 'access-control-allow-headers': names.join(', ') } }
+}

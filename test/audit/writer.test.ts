@@ -1,0 +1,142 @@
+import { mkdirSync, unlinkSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { AuditEntry } from '../../src/audit/entry'
+import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
+import type { AuditSink } from '../../src/audit/sink'
+import { AuditSpill } from '../../src/audit/spill'
+import { AuditWriter } from '../../src/audit/writer'
+import { silentLogger } from '../../src/log'
+import { readJsonl, tempDir } from '../helpers/harness'
+
+const entry = (id: string): AuditEntry => ({
+  timestamp: '2026-11-29T00:00:00.000Z', request_id: id, identity: 'alice', tenant: 'acme', method: 'tools/call',
+  tool: 'echo', decision: 'allow', status: 200, latency_ms: 1.5,
+})
+const entries = (prefix: string, n: number): AuditEntry[] => Array.from({ length: n }, (_, i) => entry(`${prefix}${i}`))
+
+/**
+ * A real JSONL sink behind a switch the test controls: writes fail (as on a full disk) or wait (as on
+ * a stalled one) until told otherwise. A test double of the AuditSink port, not of our writer.
+ */
+class ControlledSink implements AuditSink {
+  readonly name = 'controlled'
+  failures = 0
+  calls = 0
+  onCall: ((n: number) => void) | null = null
+  private gate: Promise<void> | null = null
+  private openGate: (() => void) | null = null
+  constructor(private readonly inner: AuditSink, public failing: number) {}
+
+  hold(): void {
+    this.gate = new Promise((resolve) => (this.openGate = resolve))
+  }
+  release(): void {
+    this.openGate?.()
+    this.gate = null
+  }
+  async write(batch: readonly AuditEntry[]): Promise<void> {
+    this.calls++
+    this.onCall?.(this.calls)
+    if (this.gate !== null) await this.gate
+    if (this.failing > 0) {
+      this.failing--
+      this.failures++
+      throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' })
+    }
+    await this.inner.write(batch)
+  }
+  close(): Promise<void> {
+    return this.inner.close()
+  }
+}
+
+async function jsonl(): Promise<{ path: string; sink: JsonlAuditSink }> {
+  const path = join(tempDir(), 'audit.jsonl')
+  return { path, sink: await JsonlAuditSink.open(path) }
+}
+
+describe('the audit writer keeps what it accepted', () => {
+  test('without a spill file, a batch the sink keeps failing is retried until written, never dropped', async () => {
+    const { path, sink } = await jsonl()
+    const flaky = new ControlledSink(sink, 8) // past maxAttempts (5), which used to drop the batch
+    const writer = new AuditWriter(flaky, silentLogger(), { maxQueueEntries: 100, retryDelayMs: 1 })
+    writer.record(entries('a', 3))
+    await writer.flush()
+    expect(flaky.failures).toBe(8)
+    expect(writer.dropped).toBe(0)
+    expect(readJsonl(path).map((e) => e.request_id)).toEqual(['a0', 'a1', 'a2'])
+    await writer.close()
+  })
+
+  test('while closing, a sink that keeps failing gets a bounded number of tries and the rest is counted as dropped', async () => {
+    const { sink } = await jsonl()
+    const dead = new ControlledSink(sink, Infinity)
+    const dropped: number[] = []
+    const writer = new AuditWriter(dead, silentLogger(), { maxQueueEntries: 100, retryDelayMs: 1, onDropped: (n) => dropped.push(n) })
+    // The shutdown starts after a few failed tries (without a spill file those go on for as long as it takes).
+    const closed = new Promise<void>((resolve) => {
+      dead.onCall = (n) => {
+        if (n === 3) resolve(writer.close())
+      }
+    })
+    writer.record(entries('a', 2))
+    await closed
+    expect(dead.calls).toBeLessThanOrEqual(3 + 5)
+    expect(writer.dropped).toBe(2)
+    expect(dropped).toEqual([2])
+  })
+
+  test('reserved entries are queued whatever the queue length; unreserved ones only while there is room', async () => {
+    const { path, sink } = await jsonl()
+    const stalled = new ControlledSink(sink, 0)
+    stalled.hold()
+    const writer = new AuditWriter(stalled, silentLogger(), { maxQueueEntries: 100 })
+    writer.record([entry('first')]) // taken by the (held) write
+    await new Promise((resolve) => setImmediate(resolve))
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(writer.pending).toBe(0)
+
+    expect(writer.reserve(60)).toBe(true)
+    expect(writer.reserve(40)).toBe(true)
+    expect(writer.reserve(1)).toBe(false) // 0 queued + 100 reserved: full
+    writer.record([entry('unreserved')]) // a 401, say: no room beside the reservations
+    expect(writer.dropped).toBe(1)
+
+    writer.record(entries('r', 60), 60) // a forwarded batch uses all its slots
+    writer.record([entry('refused')], 40) // a refused request writes 1 of its 40 and releases the rest
+    expect(writer.pending).toBe(61)
+    expect(writer.reservedEntries).toBe(0)
+    expect(writer.reserve(40)).toBe(false) // 61 + 40 > 100
+    expect(writer.reserve(39)).toBe(true)
+    writer.release(39)
+
+    stalled.release()
+    await writer.flush()
+    const ids = readJsonl(path).map((e) => e.request_id)
+    expect(ids).toEqual(['first', ...entries('r', 60).map((e) => e.request_id), 'refused'])
+    expect(writer.dropped).toBe(1)
+    await writer.close()
+  })
+
+  test('when the spill file cannot be written either, the batch is held and retried, not dropped', async () => {
+    const dir = tempDir()
+    const blocker = join(dir, 'spill')
+    writeFileSync(blocker, '') // a file where the spill directory should be: every append fails (ENOTDIR)
+    const spill = new AuditSpill(join(blocker, 'audit-spill.jsonl'))
+    const { sink } = await jsonl()
+    const down = new ControlledSink(sink, Infinity) // the database is down throughout
+    // Once the writer has given up on the sink and failed to spill at least once, the disk is fixed.
+    down.onCall = (n) => {
+      if (n === 8) {
+        unlinkSync(blocker)
+        mkdirSync(blocker)
+      }
+    }
+    const writer = new AuditWriter(down, silentLogger(), { maxQueueEntries: 100, retryDelayMs: 1, retryBoundMs: 10_000, spill })
+    writer.record(entries('s', 3))
+    await writer.flush()
+    expect(writer.dropped).toBe(0)
+    expect(readJsonl(spill.path).map((e) => e.request_id)).toEqual(['s0', 's1', 's2'])
+    await writer.close()
+  })
+})

@@ -1,0 +1,208 @@
+/**
+ * max_concurrent_per_identity end to end (issue 9, item 5): real HTTP on port 0, an upstream that holds
+ * the requests of one caller until the test lets them go, the audit trail and /metrics read back.
+ */
+import { type IncomingMessage, type ServerResponse, request } from 'node:http'
+import type { AuditEntry } from '../../src/audit/entry'
+import { type Harness, MCP_HEADERS, as, configFrom, rpc, startHarness } from '../helpers/harness'
+import { type RawUpstream, startRawUpstream } from './raw-upstream'
+
+const LIMIT_REASON = 'concurrency limit: 3 requests in flight for this identity (max_concurrent_per_identity)'
+
+/** Sends one request with node:http and resolves on the response headers. */
+function send(url: string, options: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal }): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: options.method ?? 'GET', headers: options.headers, signal: options.signal }, resolve)
+    req.on('error', reject)
+    req.end(options.body)
+  })
+}
+
+function readAll(res: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = ''
+    res.on('data', (c: Buffer) => (text += c.toString('utf8')))
+    res.on('end', () => resolve(text))
+    res.on('error', reject)
+  })
+}
+
+/** Polls a condition (bounded) instead of sleeping for a guessed time. */
+async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 5000
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`not within 5 s: ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
+let upstream: RawUpstream
+let h: Harness
+/** Responses the upstream holds: alice@acme's pings and streams, never answered until the test says so. */
+const held: ServerResponse[] = []
+
+function answerHeld(): void {
+  for (const res of held.splice(0)) {
+    if (res.headersSent) res.end()
+    else res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":1,"result":{}}')
+  }
+}
+
+beforeAll(async () => {
+  upstream = await startRawUpstream((req, res, seen) => {
+    const alice = req.headers['x-wardline-identity'] === 'alice' && req.headers['x-wardline-tenant'] === 'acme'
+    const holding = alice && (req.method === 'GET' || seen.body.includes('"method":"ping"'))
+    if (req.method === 'GET') {
+      // A standalone SSE stream: open, one comment, then quiet for as long as the client listens.
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(': open\n\n')
+      if (holding) held.push(res)
+      else res.end()
+      return
+    }
+    if (holding) held.push(res)
+    else res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":1,"result":{}}')
+  })
+  h = await startHarness({ upstreamUrl: upstream.url, config: { max_concurrent_per_identity: 3 } })
+})
+
+afterAll(async () => {
+  answerHeld()
+  await h.close()
+  await upstream.close()
+})
+
+afterEach(async () => {
+  answerHeld()
+  // Every slot is back once every request has its audit record: wait for alice to be admitted again.
+  await until(async () => (await listTools('alice')).status === 200, 'alice admitted again')
+})
+
+/** A request the upstream answers at once, whoever sends it. */
+function listTools(identity: string): Promise<Response> {
+  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(rpc('tools/list')) })
+}
+
+function ping(identity: string, tenant = 'acme', signal?: AbortSignal): Promise<Response> {
+  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity, tenant) }, body: JSON.stringify(rpc('ping')), signal })
+}
+
+/** Starts `n` pings of alice@acme that the upstream holds, and waits until the upstream has them all. */
+async function hang(n: number): Promise<{ controller: AbortController; done: Array<Promise<unknown>> }> {
+  const controller = new AbortController()
+  const before = held.length
+  const done = Array.from({ length: n }, () => ping('alice', 'acme', controller.signal).then((r) => r.arrayBuffer(), () => undefined))
+  await until(() => held.length === before + n, `${n} requests held upstream`)
+  return { controller, done }
+}
+
+async function entriesFor(requestId: string | null): Promise<AuditEntry[]> {
+  return (await h.audit()).filter((e) => e.request_id === requestId)
+}
+
+async function refusedCount(): Promise<number> {
+  const text = await (await fetch(`${h.url}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith('wardline_concurrency_refused_total '))
+  return Number(line?.split(' ')[1])
+}
+
+test('the 4th request of an identity with 3 in flight gets 429, Retry-After: 1, no-store, a JSON-RPC body, one audit entry and a count', async () => {
+  const refusedBefore = await refusedCount()
+  const { controller, done } = await hang(3)
+  const seen = upstream.seen.length
+  const res = await ping('alice')
+  expect(res.status).toBe(429)
+  expect(res.headers.get('retry-after')).toBe('1')
+  expect(res.headers.get('cache-control')).toBe('no-store')
+  expect(res.headers.get('content-type')).toMatch(/^application\/json/)
+  expect(res.headers.get('mcp-session-id')).toBeNull()
+  const body = await res.json()
+  expect(body).toMatchObject({ jsonrpc: '2.0', error: { code: 429, data: { retry_after_seconds: 1 } } })
+  expect(JSON.stringify(body)).not.toContain('max_concurrent') // operators' detail stays in the audit reason
+  expect(upstream.seen.length).toBe(seen)
+  const entries = await entriesFor(res.headers.get('x-wardline-request-id'))
+  expect(entries).toHaveLength(1)
+  expect(entries[0]).toMatchObject({ identity: 'alice', tenant: 'acme', decision: 'throttled', status: 429, reason: LIMIT_REASON })
+  expect(await refusedCount()).toBe(refusedBefore + 1)
+  controller.abort()
+  await Promise.all(done)
+})
+
+test('another identity of the tenant, and the same identity in another tenant, are not affected', async () => {
+  const { controller, done } = await hang(3)
+  expect((await ping('alice')).status).toBe(429)
+  expect((await ping('bob')).status).toBe(200)
+  expect((await ping('alice', 'other')).status).toBe(200)
+  controller.abort()
+  await Promise.all(done)
+})
+
+test('once her requests end, whether the client gave up or the upstream answered, she can go again', async () => {
+  // The client gives up: the gateway aborts the upstream requests, audits them and frees the slots.
+  const first = await hang(3)
+  expect((await ping('alice')).status).toBe(429)
+  first.controller.abort()
+  await Promise.all(first.done)
+  await until(async () => (await listTools('alice')).status === 200, 'slots freed by the aborts')
+  const second = await hang(3) // admitted again, and held again
+  expect((await ping('alice')).status).toBe(429)
+  // The upstream answers: each request ends with its 200 and its slot.
+  answerHeld()
+  await Promise.all(second.done)
+  await until(async () => (await listTools('alice')).status === 200, 'slots freed by the answers')
+  const again = await hang(1)
+  again.controller.abort()
+  await Promise.all(again.done)
+})
+
+test('GET SSE streams hold a slot for as long as they are open', async () => {
+  const controller = new AbortController()
+  const streams = await Promise.all([1, 2, 3].map(() => send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') }, signal: controller.signal })))
+  expect(streams.map((s) => s.statusCode)).toEqual([200, 200, 200])
+  const refused = await send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') } })
+  expect(refused.statusCode).toBe(429)
+  expect(JSON.parse(await readAll(refused))).toMatchObject({ error: { code: 429 } })
+  expect((await ping('alice')).status).toBe(429) // streams and POSTs share the identity's slots
+  controller.abort()
+  for (const s of streams) s.resume()
+})
+
+test('a request refused by auth holds no slot and is not counted against anyone', async () => {
+  const { controller, done } = await hang(3)
+  const anonymous = await fetch(`${h.url}/mcp`, { method: 'POST', headers: MCP_HEADERS, body: JSON.stringify(rpc('ping')) })
+  expect(anonymous.status).toBe(401)
+  expect((await ping('alice')).status).toBe(429)
+  controller.abort()
+  await Promise.all(done)
+})
+
+test('an initialize is never refused, even at the cap (DESIGN.md: a 4xx there pushes clients onto the legacy transport)', async () => {
+  const { controller, done } = await hang(3)
+  const init = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...as('alice') },
+    body: JSON.stringify(rpc('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } })),
+  })
+  expect(init.status).toBe(200)
+  expect((await ping('alice')).status).toBe(429)
+  controller.abort()
+  await Promise.all(done)
+})
+
+test('a reload keeps the requests in flight counted', async () => {
+  const { controller, done } = await hang(3)
+  h.gateway.reload(configFrom(h.tree))
+  expect((await ping('alice')).status).toBe(429)
+  controller.abort()
+  await Promise.all(done)
+})
+
+test('requests refused after the slot was taken (a body that is not JSON-RPC) give it back', async () => {
+  for (let i = 0; i < 5; i++) {
+    const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as('alice') }, body: '{"jsonrpc":' })
+    expect(res.status).toBe(400)
+  }
+  const { controller, done } = await hang(3) // all three admitted: none of the five kept a slot
+  controller.abort()
+  await Promise.all(done)
+})
