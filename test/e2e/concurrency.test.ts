@@ -2,30 +2,13 @@
  * max_concurrent_per_identity end to end (issue 9, item 5): real HTTP on port 0, an upstream that holds
  * the requests of one caller until the test lets them go, the audit trail and /metrics read back.
  */
-import { type IncomingMessage, type ServerResponse, request } from 'node:http'
+import type { ServerResponse } from 'node:http'
 import type { AuditEntry } from '../../src/audit/entry'
 import { type Harness, MCP_HEADERS, as, configFrom, rpc, startHarness } from '../helpers/harness'
+import { open as send, readAll } from '../helpers/http-client'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
 
 const LIMIT_REASON = 'concurrency limit: 3 requests in flight for this identity (max_concurrent_per_identity)'
-
-/** Sends one request with node:http and resolves on the response headers. */
-function send(url: string, options: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal }): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? 'GET', headers: options.headers, signal: options.signal }, resolve)
-    req.on('error', reject)
-    req.end(options.body)
-  })
-}
-
-function readAll(res: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let text = ''
-    res.on('data', (c: Buffer) => (text += c.toString('utf8')))
-    res.on('end', () => resolve(text))
-    res.on('error', reject)
-  })
-}
 
 /** Polls a condition (bounded) instead of sleeping for a guessed time. */
 async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {

@@ -2,28 +2,10 @@
  * What the gateway changes on the way through (hop-by-hop headers, credentials, identity headers) and
  * what it must not (method, path, query, status, body bytes, MCP headers), and the audit entries it writes.
  */
-import { request, type IncomingHttpHeaders } from 'node:http'
+import { request } from 'node:http'
 import { type Harness, as, rpc, startHarness, toolCall } from '../helpers/harness'
+import { type Reply, send } from '../helpers/http-client'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
-
-interface Reply {
-  status: number
-  headers: IncomingHttpHeaders
-  body: string
-}
-
-/** node:http, so the test controls every header it sends (fetch would drop or refuse hop-by-hop ones). */
-function send(url: string, method: string, headers: Record<string, string | string[]>, body?: string): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method, headers }, (res) => {
-      let text = ''
-      res.on('data', (c: Buffer) => (text += c.toString('utf8')))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }))
-    })
-    req.on('error', reject)
-    req.end(body)
-  })
-}
 
 /** The upstream answers with every header a test may look for, hop-by-hop ones included. */
 const UPSTREAM_RESPONSE_HEADERS: Record<string, string> = {

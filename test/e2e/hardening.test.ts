@@ -3,29 +3,12 @@
  * Unicode identities, connection exhaustion. Each asserts what the client and the upstream saw.
  */
 import { request } from 'node:http'
-import { connect } from 'node:net'
 import { hs, SECRET, hour } from '../auth/forge'
 import { MCP_HEADERS, as, startHarness, toolCall, type Harness } from '../helpers/harness'
+import { rawStatus } from '../helpers/http-client'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
 
 const OK = JSON.stringify({ jsonrpc: '2.0', id: 1, result: { content: [] } })
-
-/** Sends raw bytes and returns the status line's code (request targets fetch() would normalise). */
-function rawStatus(port: number, text: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.write(Buffer.from(text, 'latin1')))
-    let data = ''
-    socket.on('data', (c: Buffer) => {
-      data += c.toString('latin1')
-      const m = /^HTTP\/1\.1 (\d{3})/.exec(data)
-      if (m) {
-        resolve(Number(m[1]))
-        socket.destroy()
-      }
-    })
-    socket.on('error', reject)
-  })
-}
 
 describe('request targets and headers', () => {
   let upstream: RawUpstream

@@ -2,47 +2,10 @@
  * Host, Origin and CORS (issue 9 item 7): what a browser, a DNS-rebinding page and a forged proxy chain
  * get from a real gateway, and what the upstream behind it sees.
  */
-import { request, type IncomingHttpHeaders } from 'node:http'
-import { connect } from 'node:net'
+import type { IncomingHttpHeaders } from 'node:http'
 import { type Harness, as, rpc, startHarness, toolCall } from '../helpers/harness'
+import { type Reply, rawStatus, send } from '../helpers/http-client'
 import { type RawUpstream, closedPort, startRawUpstream } from './raw-upstream'
-
-interface Reply {
-  status: number
-  headers: IncomingHttpHeaders
-  body: string
-}
-
-/** node:http, so the test sets Host and Origin as it likes (fetch forbids both). */
-function send(url: string, method: string, headers: Record<string, string>, body?: string): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method, headers }, (res) => {
-      let text = ''
-      res.on('data', (c: Buffer) => (text += c.toString('utf8')))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }))
-    })
-    req.on('error', reject)
-    req.end(body)
-  })
-}
-
-/** Raw bytes: a request without Host, or with two, which node:http would not send. */
-function rawStatus(url: string, text: string): Promise<number> {
-  const { port } = new URL(url)
-  return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), '127.0.0.1', () => socket.write(text))
-    let data = ''
-    socket.on('data', (c: Buffer) => {
-      data += c.toString('latin1')
-      const m = /^HTTP\/1\.1 (\d{3})/.exec(data)
-      if (m) {
-        resolve(Number(m[1]))
-        socket.destroy()
-      }
-    })
-    socket.on('error', reject)
-  })
-}
 
 const INSPECTOR = 'http://localhost:6274'
 const JSON_POST = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
@@ -122,8 +85,8 @@ describe('Host (allowed_hosts set)', () => {
   })
 
   test('no Host header (HTTP/1.0) gets 403; two Host headers get 400', async () => {
-    expect(await rawStatus(h.url, 'GET /mcp HTTP/1.0\r\nX-Wardline-Identity: alice\r\n\r\n')).toBe(403)
-    expect(await rawStatus(h.url, `GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\nX-Wardline-Identity: alice\r\n\r\n`)).toBe(400)
+    expect(await rawStatus(Number(new URL(h.url).port), 'GET /mcp HTTP/1.0\r\nX-Wardline-Identity: alice\r\n\r\n')).toBe(403)
+    expect(await rawStatus(Number(new URL(h.url).port), `GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\nX-Wardline-Identity: alice\r\n\r\n`)).toBe(400)
   })
 
   test('the upstream sees the client\'s Host as X-Forwarded-Host (its own Host is the upstream\'s address)', async () => {

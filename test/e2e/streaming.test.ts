@@ -1,32 +1,16 @@
 /**
  * Streaming, aborts and upstream failures, against raw upstreams that stall, stream and break off on cue.
  */
-import { request, type IncomingMessage } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import { type Harness, as, startHarness, toolCall } from '../helpers/harness'
+import { open as send, readAll } from '../helpers/http-client'
 import { type RawUpstream, closedPort, gate, startRawUpstream } from './raw-upstream'
 
 /** Sends one request with node:http and resolves on the response headers. */
-function send(url: string, options: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal }): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? 'GET', headers: options.headers, signal: options.signal }, resolve)
-    req.on('error', reject)
-    req.end(options.body)
-  })
-}
-
 function nextChunk(res: IncomingMessage): Promise<string> {
   return new Promise((resolve, reject) => {
     res.once('data', (c: Buffer) => resolve(c.toString('utf8')))
     res.once('error', reject)
-  })
-}
-
-function readAll(res: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let text = ''
-    res.on('data', (c: Buffer) => (text += c.toString('utf8')))
-    res.on('end', () => resolve(text))
-    res.on('error', reject)
   })
 }
 
