@@ -1,4 +1,5 @@
 import { parseMessages } from '../../src/jsonrpc/parse'
+import { JsonScanner, scanJson } from '../../src/jsonrpc/scan'
 
 const LIMITS = { maxJsonDepth: 64, maxBatchMessages: 100 }
 const parse = (value: unknown, limits = LIMITS) => parseMessages(Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)), limits)
@@ -164,5 +165,30 @@ describe('the scanner agrees with JSON.parse on what is JSON', () => {
     const result = parseMessages(Buffer.from(source), LIMITS)
     const malformed = !result.ok && result.code === -32700
     expect(malformed).toBe(!parses)
+  })
+})
+
+describe('scanning in slices', () => {
+  const bodies = [
+    ...AMBIGUOUS.map(([, body]) => body),
+    JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'x'.repeat(300), n: [1, 2.5e3, true, null] } } }, { jsonrpc: '2.0', method: 'notifications/initialized' }]),
+    '{"jsonrpc":"2.0","id":"a\\u00e9\\ud83d\\ude00","method":"prompts/get","params":{"name":"caf\u00e9"}}',
+    '[' + '[]'.repeat(50) + ']',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}} x',
+  ]
+  test.each(bodies.map((b) => [b.slice(0, 60), b]))('%s… reads the same in slices of any size', (_label, body) => {
+    const buffer = Buffer.from(body)
+    const whole = scanJson(buffer, LIMITS)
+    for (const slice of [1, 2, 3, 7, 64]) {
+      const scanner = new JsonScanner(buffer, LIMITS)
+      let result = scanner.step(slice)
+      let steps = 1
+      while (result === null) {
+        result = scanner.step(slice)
+        steps++
+      }
+      expect(result).toEqual(whole)
+      if (slice === 1 && buffer.length > 20) expect(steps).toBeGreaterThan(2)
+    }
   })
 })
