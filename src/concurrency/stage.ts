@@ -10,8 +10,9 @@ import { type ConcurrencyLimiter, concurrencyKey } from './limiter'
  * Gateway releases it when it writes the request's audit record, whatever happened in between.
  * Requests without a principal (refused by auth, CORS preflights) hold no slot.
  *
- * Runs after the body is parsed, because `initialize` is never refused (DESIGN.md: a 4xx there pushes
- * clients onto the legacy transport): it takes a slot past the cap rather than a 429. Reading the body
+ * Runs after the body is parsed, because `initialize` is not refused at the cap (DESIGN.md: a 4xx there
+ * pushes clients onto the legacy transport): a lone initialize request takes a slot past the cap, up
+ * to twice the cap, rather than a 429. Reading the body
  * first costs no upstream socket, which is what the cap protects; max_body_bytes and
  * request_timeout_seconds bound what a capped caller can make the gateway buffer.
  */
@@ -32,7 +33,9 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
       if (principal === null) return CONTINUE
       const key = concurrencyKey(principal.tenant, principal.identity)
       if (!limiter.tryAcquire(key)) {
-        if (!opensSession(ex)) {
+        // An initialize may go past the cap, but only so far: a caller whose upstream never answers
+        // must not hold sockets without bound by sending nothing but initializes.
+        if (!opensSession(ex) || limiter.inFlight(key) >= 2 * limiter.maxPerKey) {
           metrics.concurrencyRefused.inc()
           return refusal
         }
@@ -44,9 +47,11 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
   }
 }
 
-/** True when the body holds an `initialize` (alone or in a batch). */
+/**
+ * True for a lone `initialize` request (with an id): what a client sends to open a session. Not a
+ * batch holding one, nor a notification named initialize: either would carry other calls past the cap.
+ */
 function opensSession(ex: Exchange): boolean {
   const calls = ex.calls
-  for (let i = 0; i < calls.length; i++) if (calls[i].method === 'initialize') return true
-  return false
+  return !ex.batch && calls.length === 1 && calls[0].method === 'initialize' && calls[0].id !== undefined
 }

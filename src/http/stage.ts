@@ -102,11 +102,17 @@ function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
       if (hostCount(ex.req.rawHeaders) > 1) return TWO_HOSTS
       const value = host.toLowerCase()
       if (exact.has(value)) return null
-      const { name } = splitHost(value)
+      const { name, port } = splitHost(value)
+      // A port-less entry accepts any port, but only a port: `example.com:abc` or `example.com:` would
+      // reach the upstream as an X-Forwarded-Host no URL can be built from.
+      if (port !== '' && !PORT.test(port)) return forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
+      if (port === '' && value.endsWith(':')) return forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
       return anyPort.has(name) ? null : forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
     },
   }
 }
+
+const PORT = /^\d{1,5}$/
 
 function hostCount(raw: readonly string[]): number {
   let count = 0

@@ -1,7 +1,7 @@
 import type { JsonRpcId, RpcCall } from '../pipeline/exchange'
 import { INVALID_REQUEST, PARSE_ERROR, hasControlCharacters, isGatedMethod } from '../pipeline/methods'
 import { quoted, resourceUriProblem } from './resource-uri'
-import { type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
+import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
 
 export type ParseResult =
   | { ok: true; calls: RpcCall[]; batch: boolean }
@@ -49,12 +49,14 @@ const REF = new Set(['type', 'name', 'uri'])
  * the Kelvin sign to k, as Go's folding does. Plain ASCII, the usual case, takes the cheap path.
  */
 function fold(key: string): string {
+  let upper = false
   for (let i = 0; i < key.length; i++) {
     const c = key.charCodeAt(i)
+    // Any non-ASCII character anywhere takes the full path: `Paramſ` folds its ſ too.
     if (c >= 0x80) return key.toUpperCase().toLowerCase()
-    if (c >= 0x41 && c <= 0x5a) return key.toLowerCase()
+    if (c >= 0x41 && c <= 0x5a) upper = true
   }
-  return key // lower-case ASCII, nearly every key: already folded
+  return upper ? key.toLowerCase() : key // lower-case ASCII, nearly every key: already folded
 }
 
 /**
@@ -128,6 +130,7 @@ const ARRAY = 0x5b
 /** Returns the classified message, or a string saying why it is not valid JSON-RPC. */
 function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (message.kind !== OBJECT) return 'message is not a JSON object'
+  if (message.overflow === 'the message') return `message has more than ${MAX_MEMBERS} members`
   const members = message.members
   const envelopeProblem = ambiguousKeys(members, ENVELOPE, 'the message')
   if (envelopeProblem !== null) return envelopeProblem
@@ -158,6 +161,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   }
   if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '' }
   const params = message.params
+  if (message.overflow === 'params') return `params has more than ${MAX_MEMBERS} members`
   if (params !== null) {
     const problem = ambiguousKeys(params, PARAMS, 'params')
     if (problem !== null) return problem
@@ -171,19 +175,26 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name. A
   // list names nothing: whatever uri or name its caller adds is ignored upstream, so it is here too.
   if (method.endsWith('/list')) return gatedCall(id, method, '')
-  if (method.startsWith('resources/')) {
-    const uri = text(body, member(params, 'uri'))
-    const call = gatedCall(id, method, uri ?? '')
-    return typeof call === 'string' || uri === undefined ? call : resourceUriProblem(uri) ?? call
-  }
-  return gatedCall(id, method, text(body, member(params, 'name')) ?? '')
+  const field = method.startsWith('resources/') ? 'uri' : 'name'
+  const targetMember = member(params, field)
+  // A target that is there but not a string is judged as nothing by the gateway and as something by
+  // a lenient server (a number coerced to a name): refused, as is a missing one where the spec needs it.
+  if (targetMember !== undefined && targetMember.kind !== QUOTE) return `${method} needs params.${field} as a string`
+  if (targetMember === undefined && TARGET_REQUIRED.has(method)) return `${method} needs params.${field} as a string`
+  const target = text(body, targetMember) ?? ''
+  const call = gatedCall(id, method, target)
+  return typeof call === 'string' || field !== 'uri' || targetMember === undefined ? call : resourceUriProblem(target) ?? call
 }
+
+/** Gated methods whose target the MCP schema requires (resources/* take `uri`, prompts/get `name`). */
+const TARGET_REQUIRED = new Set(['resources/read', 'resources/subscribe', 'resources/unsubscribe', 'prompts/get'])
 
 /**
  * completion/complete names a prompt or a resource in `params.ref`: its keys and its URI follow the
  * rules of the call it completes, so whatever judges it later sees what the server resolves.
  */
 function completionProblem(body: Buffer, message: ScannedMessage): string | null {
+  if (message.overflow !== null) return `${message.overflow} has more than ${MAX_MEMBERS} members`
   if (message.params === null) return null
   const problem = ambiguousKeys(message.params, PARAMS, 'params')
   if (problem !== null || message.ref === null) return problem

@@ -1,9 +1,16 @@
 /**
- * Percent-encoded `.`, `/` and `\`: WHATWG parsing keeps `%2f` and `%5c` as they are (and `%2e` outside
- * a whole dot segment), but a server that decodes the path before resolving it (a file server calling
- * decodeURIComponent, then path.join) turns `..%2fprivate` into `../private`.
+ * Percent-escapes a server may decode into something else than the gateway judged. WHATWG parsing
+ * keeps every escape as written, but a server that decodes the path before using it (Node's
+ * fileURLToPath, a file server calling decodeURIComponent) reads `priv%61te` as `private` and
+ * `..%2fprivate` as `../private`. RFC 3986 §6.2.2 gives every URI one normal spelling: unreserved
+ * characters (letters, digits, `-._~`) unescaped, escapes in upper-case hex. Anything else (an escaped
+ * unreserved character, `%2F`, `%5C`, lower-case hex, a `%` without two hex digits) is refused, so one
+ * decoded path has one spelling the policy can name.
  */
-const ENCODED_SEPARATOR = /%2e|%2f|%5c/i
+const PERCENT = /%(?![0-9A-F]{2})|%(?:[46][1-9A-F]|[57][0-9A]|3[0-9]|2[DEF]|5[CF]|7E)/
+
+/** The path of a URI with an authority (`scheme://host/path`), up to its query or fragment. */
+const AUTHORITY_PATH = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*([^?#]*)/i
 
 /**
  * Why a resource URI cannot be judged as it stands, or null when it can. The official SDK servers
@@ -17,7 +24,9 @@ export function resourceUriProblem(uri: string): string | null {
   if (!URL.canParse(uri)) return `resource URI ${quoted(uri)} is not an absolute URI`
   const href = new URL(uri).href
   if (href !== uri) return `resource URI ${quoted(uri)} is not in normal form (a server reads it as ${quoted(href)})`
-  if (ENCODED_SEPARATOR.test(uri)) return `resource URI ${quoted(uri)} has a percent-encoded dot, slash or backslash`
+  if (PERCENT.test(uri)) return `resource URI ${quoted(uri)} has a percent-escape a server could decode otherwise (an escaped letter, digit, -._~, / or \\, lower-case hex, or a lone %)`
+  // `file:////private/x` is `/private/x` to a file server, but no `file:///private/*` rule names it.
+  if (AUTHORITY_PATH.exec(uri)?.[1].includes('//')) return `resource URI ${quoted(uri)} has an empty path segment (//)`
   return null
 }
 

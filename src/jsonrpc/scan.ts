@@ -22,7 +22,16 @@ export interface ScannedMessage {
   readonly members: Member[]
   params: Member[] | null
   ref: Member[] | null
+  /** Which read object held more than MAX_MEMBERS members (reading stopped there), else null. */
+  overflow: 'the message' | 'params' | 'params.ref' | null
 }
+
+/**
+ * Most members read of the message, its params or params.ref. An MCP envelope has six at most and
+ * the params of a gated call a handful; a body of 400,000 keys there would otherwise cost a key
+ * string and a fold each, in one block the event loop could not interleave.
+ */
+export const MAX_MEMBERS = 64
 
 export type ScanResult =
   | { readonly ok: true; readonly batch: boolean; readonly messages: readonly ScannedMessage[] }
@@ -187,7 +196,7 @@ export class JsonScanner {
       if (this.batch && this.messages.length >= this.limits.maxBatchMessages) {
         throw new ScanError(false, `batch has more than ${this.limits.maxBatchMessages} messages (max_batch_messages)`)
       }
-      this.current = { kind: c, members: [], params: null, ref: null }
+      this.current = { kind: c, members: [], params: null, ref: null, overflow: null }
       this.messages.push(this.current)
     }
     if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
@@ -254,7 +263,18 @@ export class JsonScanner {
   private key(i: number, c: number): number {
     if (c !== QUOTE) throw this.malformed(i, 'expected a string key')
     let j = this.string(i)
-    if (this.collecting[this.depth] !== null) this.pendingKey[this.depth] = this.decode(i, j, this.plain)
+    const members = this.collecting[this.depth]
+    if (members !== null) {
+      if (members.length < MAX_MEMBERS) {
+        this.pendingKey[this.depth] = this.decode(i, j, this.plain)
+      } else {
+        // Stop reading this object: the message is refused for it (see parse.ts), and the rest of the
+        // body is only validated.
+        const message = this.current as ScannedMessage
+        message.overflow ??= members === message.members ? 'the message' : members === message.params ? 'params' : 'params.ref'
+        this.collecting[this.depth] = null
+      }
+    }
     const b = this.body
     while (j < b.length && isSpace(b[j])) j++
     if (b[j] !== 0x3a) throw this.malformed(j, "expected ':' after a key")

@@ -34,7 +34,7 @@ function answerHeld(): void {
 beforeAll(async () => {
   upstream = await startRawUpstream((req, res, seen) => {
     const alice = req.headers['x-wardline-identity'] === 'alice' && req.headers['x-wardline-tenant'] === 'acme'
-    const holding = alice && (req.method === 'GET' || seen.body.includes('"method":"ping"'))
+    const holding = alice && (req.method === 'GET' || seen.body.includes('"method":"ping"') || seen.body.includes('"name":"hold"'))
     if (req.method === 'GET') {
       // A standalone SSE stream: open, one comment, then quiet for as long as the client listens.
       res.writeHead(200, { 'content-type': 'text/event-stream' })
@@ -159,17 +159,38 @@ test('a request refused by auth holds no slot and is not counted against anyone'
   await Promise.all(done)
 })
 
-test('an initialize is never refused, even at the cap (DESIGN.md: a 4xx there pushes clients onto the legacy transport)', async () => {
+function initialize(identity: string, signal?: AbortSignal, clientName = 't'): Promise<Response> {
+  const body = JSON.stringify(rpc('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: clientName, version: '1' } }))
+  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body, signal })
+}
+
+test('a lone initialize is not refused at the cap (DESIGN.md: a 4xx there pushes clients onto the legacy transport)', async () => {
   const { controller, done } = await hang(3)
-  const init = await fetch(`${h.url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, ...as('alice') },
-    body: JSON.stringify(rpc('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } })),
-  })
-  expect(init.status).toBe(200)
+  expect((await initialize('alice')).status).toBe(200)
   expect((await ping('alice')).status).toBe(429)
   controller.abort()
   await Promise.all(done)
+})
+
+test('an initialize inside a batch carries nothing past the cap', async () => {
+  const { controller, done } = await hang(3)
+  const seen = upstream.seen.length
+  const batch = [{ jsonrpc: '2.0', method: 'initialize' }, rpc('tools/list', undefined, 2)]
+  const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as('alice') }, body: JSON.stringify(batch) })
+  expect(res.status).toBe(429)
+  expect(upstream.seen.length).toBe(seen)
+  controller.abort()
+  await Promise.all(done)
+})
+
+test('initializes the upstream never answers stop at twice the cap', async () => {
+  const { controller, done } = await hang(3)
+  const before = held.length
+  const inits = Array.from({ length: 3 }, () => initialize('alice', controller.signal, 'hold').then((r) => r.arrayBuffer(), () => undefined))
+  await until(() => held.length === before + 3, 'three initializes held upstream')
+  expect((await initialize('alice', undefined, 'hold')).status).toBe(429)
+  controller.abort()
+  await Promise.all([...done, ...inits])
 })
 
 test('a reload keeps the requests in flight counted', async () => {

@@ -51,6 +51,7 @@ const ATTACKS = [
   '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"PARAMS":{"name":"expensive_tool"}}',
   '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"paramſ":{"name":"expensive_tool"}}',
   '{"jsonrpc":"2.0","id":1,"method":"ping","METHOD":"tools/call","params":{"name":"expensive_tool"}}',
+  '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"Paramſ":{"name":"expensive_tool"}}',
   '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"expensive_tool"}}',
 ]
 
@@ -93,6 +94,8 @@ describe('resource URIs', () => {
     'EXAMPLE://secret',
     ' example://secret',
     'example://secret\t',
+    'file:///priv%61te/secret',
+    'file:////private/secret',
   ])('%j is refused (400) rather than judged raw', async (uri) => {
     const before = upstream.executed.length
     const res = await post(read(uri), 'alice', 'acme')

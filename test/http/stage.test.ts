@@ -48,7 +48,7 @@ describe('Host', () => {
     expect(run(['Host', host])).toBe(CONTINUE)
   })
 
-  test.each(['localhost:8081', 'localhost', 'evil.example', 'evil.example:8080', '127.0.0.1.evil.example', '[::2]:9001', 'mcp.example.com.'])('Host %s is refused with 403', (host) => {
+  test.each(['localhost:8081', 'localhost', 'evil.example', 'evil.example:8080', '127.0.0.1.evil.example', '[::2]:9001', 'mcp.example.com.', '127.0.0.1:abc', '127.0.0.1:', '[::1]:x'])('Host %s is refused with 403', (host) => {
     expect(refusal(run(['Host', host]))).toMatchObject({
       status: 403, decision: 'error', reason: `host ${host} not in allowed_hosts`, message: 'Forbidden: host not allowed',
     })

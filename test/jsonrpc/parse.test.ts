@@ -71,6 +71,7 @@ const AMBIGUOUS: ReadonlyArray<readonly [string, string, RegExp]> = [
   ['Method beside method', '{"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"tools/call","params":{"name":"expensive_tool"}}', /keys "method" and "Method" in the message are equal under case folding/],
   ['Name beside name', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"expensive_tool"}}', /keys "name" and "Name" in params/],
   ['PARAMS beside params', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"PARAMS":{"name":"expensive_tool"}}', /"params" and "PARAMS"/],
+  ['Paramſ (upper case and ſ in one key)', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"Paramſ":{"name":"expensive_tool"}}', /"params" and "Paramſ"/],
   ['paramſ (Go folds ſ to s)', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"paramſ":{"name":"expensive_tool"}}', /"params" and "paramſ"/],
   ['METHOD beside ping', '{"jsonrpc":"2.0","id":1,"method":"ping","METHOD":"tools/call","params":{"name":"expensive_tool"}}', /"method" and "METHOD"/],
   ['a duplicate method', '{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}', /duplicate key "method" in the message/],
@@ -125,11 +126,16 @@ describe('one reading of every message', () => {
   test.each([
     ['a climbing path', 'file:///public/../private/secret', /not in normal form \(a server reads it as "file:\/\/\/private\/secret"\)/],
     ['encoded dots', 'file:///public/%2e%2e/private/secret', /not in normal form/],
-    ['an encoded slash', 'file:///public/..%2Fprivate/secret', /percent-encoded dot, slash or backslash/],
+    ['an encoded slash', 'file:///public/..%2Fprivate/secret', /percent-escape a server could decode otherwise/],
     ['backslashes', 'file:///public\\..\\private\\secret', /not in normal form/],
     ['an upper-case scheme', 'EXAMPLE://secret', /a server reads it as "example:\/\/secret"/],
     ['surrounding whitespace', ' example://secret', /not in normal form/],
     ['no scheme', 'secret', /is not an absolute URI/],
+    ['an escaped letter', 'file:///priv%61te/secret', /percent-escape a server could decode otherwise/],
+    ['lower-case hex', 'file:///caf%c3%a9', /percent-escape/],
+    ['a lone %', 'file:///100%', /percent-escape/],
+    ['an empty path segment', 'file:////private/secret', /empty path segment/],
+    ['an empty segment further down', 'file:///public//secret', /empty path segment/],
   ])('a resource URI with %s is refused rather than guessed at', (_what, uri, reason) => {
     for (const method of ['resources/read', 'resources/subscribe']) {
       const parsed = parse({ jsonrpc: '2.0', id: 4, method, params: { uri } })
@@ -141,9 +147,33 @@ describe('one reading of every message', () => {
   })
 
   test('a URI already in normal form is judged as it stands', () => {
-    for (const uri of ['file:///public/readme.md', 'example://secret', 'https://example.com/a?b=c', 'test://static/resource/1']) {
+    for (const uri of ['file:///public/readme.md', 'example://secret', 'https://example.com/a?b=c', 'test://static/resource/1', 'file:///caf%C3%A9', 'file:///a%20b', 'urn:isbn:0451450523']) {
       expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri } })).toMatchObject({ ok: true, calls: [{ target: uri }] })
     }
+  })
+})
+
+describe('bounded reading', () => {
+  const keys = (n: number) => Array.from({ length: n }, (_, i) => `"k${i}":0`).join(',')
+
+  test('an envelope or the params of a gated call with more than 64 members is refused, cheaply', () => {
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(61)}}`)).toMatchObject({ ok: true })
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(62)}}`)).toMatchObject({ ok: false, code: -32600, reason: 'message has more than 64 members' })
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",${keys(64)}}}`)).toMatchObject({ ok: false, reason: 'params has more than 64 members' })
+    const started = performance.now()
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(400_000)}}`)).toMatchObject({ ok: false, reason: 'message has more than 64 members' })
+    expect(performance.now() - started).toBeLessThan(2000) // generous: reading them all took 230 ms of one block
+  })
+
+  test('the params of a method the gateway does not judge may have any number of members', () => {
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"myapp/bulk","params":{${keys(1000)}}}`)).toMatchObject({ ok: true, calls: [{ method: 'myapp/bulk', gated: false }] })
+  })
+
+  test('a target that is not a string, or missing where the schema needs one, is refused rather than judged as nothing', () => {
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: 7 } })).toMatchObject({ ok: false, reason: 'resources/read needs params.uri as a string' })
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: {} })).toMatchObject({ ok: false, reason: 'resources/read needs params.uri as a string' })
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: { name: ['greeting'] } })).toMatchObject({ ok: false, reason: 'prompts/get needs params.name as a string' })
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'prompts/get' })).toMatchObject({ ok: false })
   })
 })
 
