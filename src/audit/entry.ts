@@ -104,9 +104,8 @@ function refusedBatchEntry(ex: Exchange, timestamp: string, identity: string, te
     if (firstGated === null && call.gated) firstGated = call.target
   }
   const tool = refused ?? firstGated ?? ''
-  // A batch refused before any element was read (an invalid element) is named by its HTTP method, like any unparsed body.
-  const method = calls.length === 0 ? ex.req.method ?? '' : [...methods].join(',')
-  return entry(timestamp, ex.requestId, identity, tenant, method, tool, ex.decision ?? 'error', ex.status, latency, ex.reason, sessionId)
+  // ex.batch is set only for a batch that parsed, so there is always at least one method here.
+  return entry(timestamp, ex.requestId, identity, tenant, [...methods].join(','), tool, ex.decision ?? 'error', ex.status, latency, ex.reason, sessionId)
 }
 
 function entry(

@@ -2,9 +2,9 @@
  * Requests in flight per key (one key per tenant + identity), capped at `maxPerKey`.
  *
  * Contract:
- * - `tryAcquire(key)` either takes one slot and returns true, or takes nothing and returns false when
- *   the key already holds `maxPerKey` slots. `acquire(key)` takes one whatever the count.
- * - Every successful `tryAcquire`, and every `acquire`, is followed by exactly one `release(key)` (the Gateway does it when
+ * - `tryAcquire(key, limit)` either takes one slot and returns true, or takes nothing and returns false
+ *   when the key already holds `limit` slots (`maxPerKey` unless a caller allows more).
+ * - Every successful `tryAcquire` is followed by exactly one `release(key)` (the Gateway does it when
  *   the request's audit record is written, whatever path the request took). A release with no slot
  *   held is a bug; it is ignored rather than let a count go negative.
  * - An entry exists only while its count is above 0, so the map never holds more keys than there are
@@ -28,16 +28,11 @@ export class ConcurrencyLimiter {
     return this.counts.get(key) ?? 0
   }
 
-  tryAcquire(key: string): boolean {
+  tryAcquire(key: string, limit = this.maxPerKey): boolean {
     const held = this.counts.get(key) ?? 0
-    if (held >= this.maxPerKey) return false
+    if (held >= limit) return false
     this.counts.set(key, held + 1)
     return true
-  }
-
-  /** Takes a slot even past the cap (an `initialize`, which is never refused); released like any other. */
-  acquire(key: string): void {
-    this.counts.set(key, (this.counts.get(key) ?? 0) + 1)
   }
 
   release(key: string): void {

@@ -8,13 +8,13 @@ import { type ConcurrencyLimiter, concurrencyKey } from './limiter'
  * streams included, so a caller whose requests the upstream never answers cannot hold every upstream
  * socket (issue 9, item 5). The slot is taken here and its key recorded on `ex.concurrencyKey`; the
  * Gateway releases it when it writes the request's audit record, whatever happened in between.
- * Requests without a principal (refused by auth, CORS preflights) hold no slot.
+ * A request without a principal (none gets past auth today) holds no slot.
  *
  * Runs after the body is parsed, because `initialize` is not refused at the cap (DESIGN.md: a 4xx there
  * pushes clients onto the legacy transport): a lone initialize request takes a slot past the cap, up
- * to twice the cap, rather than a 429. Reading the body
- * first costs no upstream socket, which is what the cap protects; max_body_bytes and
- * request_timeout_seconds bound what a capped caller can make the gateway buffer.
+ * to twice the cap, rather than a 429. Reading the body first costs no upstream socket, which is what
+ * the cap protects; max_body_bytes and request_timeout_seconds bound what a capped caller can make
+ * the gateway buffer.
  */
 export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics): Stage {
   const refusal: Refusal = {
@@ -26,20 +26,18 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
     data: { retry_after_seconds: 1 },
     headers: { 'retry-after': '1', 'cache-control': 'no-store' },
   }
+  const sessionLimit = 2 * limiter.maxPerKey
   return {
     name: 'concurrency',
     run(ex: Exchange) {
       const principal = ex.principal
       if (principal === null) return CONTINUE
       const key = concurrencyKey(principal.tenant, principal.identity)
-      if (!limiter.tryAcquire(key)) {
-        // An initialize may go past the cap, but only so far: a caller whose upstream never answers
-        // must not hold sockets without bound by sending nothing but initializes.
-        if (!opensSession(ex) || limiter.inFlight(key) >= 2 * limiter.maxPerKey) {
-          metrics.concurrencyRefused.inc()
-          return refusal
-        }
-        limiter.acquire(key)
+      // An initialize may go past the cap, but only so far: a caller whose upstream never answers
+      // must not hold sockets without bound by sending nothing but initializes.
+      if (!limiter.tryAcquire(key, opensSession(ex) ? sessionLimit : limiter.maxPerKey)) {
+        metrics.concurrencyRefused.inc()
+        return refusal
       }
       ex.concurrencyKey = key
       return CONTINUE

@@ -62,8 +62,12 @@ export function httpStage(config: HttpConfig): Stage {
 }
 
 function forbidden(what: string, value: string, key: string, message: string): Refusal {
-  const shown = value.length > MAX_REASON_VALUE ? `${value.slice(0, MAX_REASON_VALUE)}…` : value
-  return { status: 403, decision: 'error', reason: `${what} ${shown} not in ${key}`, message }
+  return { status: 403, decision: 'error', reason: `${what} ${shorten(value)} not in ${key}`, message }
+}
+
+/** A caller's header value for an audit reason, cut short. */
+function shorten(value: string): string {
+  return value.length > MAX_REASON_VALUE ? `${value.slice(0, MAX_REASON_VALUE)}…` : value
 }
 
 const NO_HOST: Refusal = {
@@ -92,7 +96,7 @@ function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
   const anyPort = new Set<string>()
   for (const entry of allowedHosts) {
     const { name, port } = splitHost(entry)
-    if (port === '') anyPort.add(canonicalName(name))
+    if (port === null) anyPort.add(canonicalName(name))
     else exact.add(`${canonicalName(name)}:${port}`)
   }
   return {
@@ -105,9 +109,8 @@ function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
       const { name, port } = splitHost(value)
       // A port-less entry accepts any port, but only a port: `example.com:abc` or `example.com:` would
       // reach the upstream as an X-Forwarded-Host no URL can be built from.
-      if (port !== '' && !PORT.test(port)) return forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
-      if (port === '' && value.endsWith(':')) return forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
-      return anyPort.has(name) ? null : forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
+      if ((port === null || PORT.test(port)) && anyPort.has(name)) return null
+      return forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
     },
   }
 }
@@ -120,10 +123,10 @@ function hostCount(raw: readonly string[]): number {
   return count
 }
 
-/** `name` keeps an IPv6 literal's brackets; `port` is '' when there is none. */
-function splitHost(host: string): { name: string; port: string } {
+/** `name` keeps an IPv6 literal's brackets; `port` is null without a `:` (and '' after a bare one). */
+function splitHost(host: string): { name: string; port: string | null } {
   const colon = host.charCodeAt(0) === 91 /* [ */ ? host.indexOf(':', host.indexOf(']')) : host.indexOf(':')
-  return colon < 0 ? { name: host, port: '' } : { name: host.slice(0, colon), port: host.slice(colon + 1) }
+  return colon < 0 ? { name: host, port: null } : { name: host.slice(0, colon), port: host.slice(colon + 1) }
 }
 
 /** Browsers send an IPv6 literal in its shortest form ([::1]); a config entry may spell it out. */
@@ -152,8 +155,7 @@ function preflight(requested: string | undefined): Refusal {
   const names = requested.toLowerCase().split(',').map((name) => name.trim()).filter((name) => name !== '')
   const refused = names.find((name) => !ALLOWED_REQUEST_HEADERS.has(name) && !(name.startsWith(PARAM_HEADER_PREFIX) && name.length > PARAM_HEADER_PREFIX.length))
   if (refused !== undefined) {
-    const shown = refused.length > MAX_REASON_VALUE ? `${refused.slice(0, MAX_REASON_VALUE)}…` : refused
-    return { ...PREFLIGHT, reason: `${PREFLIGHT_REASON}; request header ${shown} not allowed, so none are` }
+    return { ...PREFLIGHT, reason: `${PREFLIGHT_REASON}; request header ${shorten(refused)} not allowed, so none are` }
   }
   return { ...PREFLIGHT, headers: { ...PREFLIGHT_HEADERS, 'access-control-allow-headers': names.join(', ') } }
 }

@@ -102,11 +102,7 @@ const QUOTE = 0x22
 /** The text of a string member, or undefined when it is absent or not a string. */
 function text(body: Buffer, m: Member | undefined): string | undefined {
   if (m === undefined || m.kind !== QUOTE) return undefined
-  for (let i = m.start + 1; i < m.end - 1; i++) {
-    const c = body[i]
-    if (c === 0x5c || c >= 0x80) return JSON.parse(body.toString('utf8', m.start, m.end)) as string
-  }
-  return plainText(body, m.start + 1, m.end - 1)
+  return m.plain ? plainText(body, m.start + 1, m.end - 1) : (JSON.parse(body.toString('utf8', m.start, m.end)) as string)
 }
 
 /**

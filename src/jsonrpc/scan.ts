@@ -9,6 +9,8 @@ export interface Member {
   readonly start: number
   readonly end: number
   readonly kind: number
+  /** A string value of plain ASCII without escapes: its bytes between the quotes are its text. */
+  readonly plain: boolean
 }
 
 /**
@@ -247,7 +249,8 @@ export class JsonScanner {
     const members = this.collecting[depth]
     if (members !== null && this.containers[depth] === OPEN_OBJECT) {
       const start = this.valueStart[depth]
-      members.push({ key: this.pendingKey[depth], start, end, kind: this.body[start] })
+      const kind = this.body[start]
+      members.push({ key: this.pendingKey[depth], start, end, kind, plain: kind === QUOTE && this.plain })
     }
     this.state = AFTER_VALUE
   }

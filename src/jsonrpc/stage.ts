@@ -1,3 +1,4 @@
+import { setImmediate as yieldToLoop } from 'node:timers/promises'
 import type { Exchange } from '../pipeline/exchange'
 import { PARSE_ERROR } from '../pipeline/methods'
 import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
@@ -24,10 +25,6 @@ async function parse(body: Buffer, limits: ScanLimits): Promise<ParseResult> {
     scan = scanner.step(SLICE_BYTES)
   }
   return classifyScan(body, scan)
-}
-
-function yieldToLoop(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve))
 }
 
 function tooLarge(maxBodyBytes: number): Refusal {

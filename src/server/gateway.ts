@@ -78,10 +78,7 @@ export class Gateway {
     const cause = err instanceof Error && err.cause !== undefined ? `: ${describeError(err.cause)}` : ''
     ex.reason = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
     if (!known) this.log.error('unexpected error while handling a request', { request_id: ex.requestId, error: describeError(err), stack: (err as Error)?.stack })
-    if (!ex.res.headersSent) {
-      ex.res.setHeader('x-wardline-request-id', ex.requestId)
-      if (ex.corsOrigin !== null) setCorsHeaders(ex.res, ex.corsOrigin)
-    }
+    if (!ex.res.headersSent) setLocalAnswerHeaders(ex)
     const retry = status === 503 ? { 'retry-after': '1' } : undefined
     writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)
   }
@@ -95,9 +92,7 @@ const MESSAGES: Record<number, string> = {
 }
 
 export function refuse(ex: Exchange, refusal: Refusal): void {
-  // The caller's handle on this request in the audit trail, on local answers as on forwarded ones.
-  ex.res.setHeader('x-wardline-request-id', ex.requestId)
-  if (ex.corsOrigin !== null) setCorsHeaders(ex.res, ex.corsOrigin)
+  setLocalAnswerHeaders(ex)
   ex.decision = refusal.decision
   ex.status = refusal.status
   ex.reason = refusal.reason
@@ -114,6 +109,15 @@ export function refuse(ex: Exchange, refusal: Refusal): void {
     return writeEmpty(ex, 202, headers)
   }
   writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, headers)
+}
+
+/**
+ * What every local answer carries: the caller's handle on this request in the audit trail (as on
+ * forwarded ones), and the CORS headers when the request came from a listed browser origin.
+ */
+function setLocalAnswerHeaders(ex: Exchange): void {
+  ex.res.setHeader('x-wardline-request-id', ex.requestId)
+  if (ex.corsOrigin !== null) setCorsHeaders(ex.res, ex.corsOrigin)
 }
 
 /** True when the body held only notifications (requests without an id): nothing may be answered. */
