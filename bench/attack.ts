@@ -43,7 +43,7 @@ const ATTACKER_CONCURRENCY = 2
 
 const attack: BenchSection = {
   name: 'attack',
-  budgetSeconds: 30,
+  budgetSeconds: 26,
   async run(ctx) {
     const upstream = await startRawUpstream()
     const gateway = await startBenchGateway(upstream.url, { max_body_bytes: 4 * MIB })

@@ -18,6 +18,7 @@ export interface BenchServer {
 export type WorkerJob =
   | { readonly kind: 'upstream' }
   | { readonly kind: 'gateway'; readonly upstreamUrl: string; readonly tree: Record<string, unknown> }
+  | { readonly kind: 'forwarder'; readonly upstreamUrl: string }
 
 /** Starts the trivial upstream on port 0 in a worker thread. */
 export function startRawUpstream(): Promise<BenchServer> {
@@ -31,6 +32,11 @@ export function startRawUpstream(): Promise<BenchServer> {
  */
 export function startBenchGateway(upstreamUrl: string, tree: Record<string, unknown> = {}): Promise<BenchServer> {
   return startWorker({ kind: 'gateway', upstreamUrl, tree })
+}
+
+/** The bare undici forwarder (bench/bare-forwarder.ts) in front of `upstreamUrl`, in a worker thread. */
+export function startBareForwarder(upstreamUrl: string): Promise<BenchServer> {
+  return startWorker({ kind: 'forwarder', upstreamUrl })
 }
 
 function startWorker(job: WorkerJob): Promise<BenchServer> {

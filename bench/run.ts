@@ -11,12 +11,12 @@
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { type BenchContext, type BenchRow, type BenchSection, formatRow, interleave, summarize } from './load'
-import { startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
+import { startBareForwarder, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 
 /** Files other areas own; each may export `sections`. Loaded only when compiled and present. */
 const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack']
 /** The whole run must stay under two minutes; sections that would pass this are skipped. */
-const TOTAL_BUDGET_SECONDS = 110
+const TOTAL_BUDGET_SECONDS = 116
 
 const quick = process.env.BENCH_QUICK === '1'
 const context: BenchContext = {
@@ -28,27 +28,30 @@ const context: BenchContext = {
 
 const core: BenchSection = {
   name: 'core',
-  budgetSeconds: 20,
+  budgetSeconds: 28,
   async run(ctx) {
     const upstream = await startRawUpstream()
+    const forwarder = await startBareForwarder(upstream.url)
     const gateway = await startBenchGateway(upstream.url)
     try {
       const load = toolCallLoad(ctx)
-      ctx.progress(`core: ${ctx.rounds} rounds of ${ctx.roundMs} ms, direct then gateway, concurrency ${ctx.concurrency}`)
-      const rounds = await interleave(ctx.rounds, { direct: load(upstream.url), gateway: load(gateway.url) })
+      ctx.progress(`core: ${ctx.rounds} rounds of ${ctx.roundMs} ms, direct, bare forwarder, gateway, concurrency ${ctx.concurrency}`)
+      const rounds = await interleave(ctx.rounds, { direct: load(upstream.url), forwarder: load(forwarder.url), gateway: load(gateway.url) })
       const direct = summarize(rounds.direct)
+      const floor = summarize(rounds.forwarder)
       const through = summarize(rounds.gateway)
-      const ratio = through.reqPerSec / direct.reqPerSec
+      const versus = (base: typeof direct): string =>
+        `throughput ×${(through.reqPerSec / base.reqPerSec).toFixed(2)}, p50 +${(through.p50Ms - base.p50Ms).toFixed(2)} ms, p99 ×${(through.p99Ms / base.p99Ms).toFixed(2)}`
       return [
         { label: 'tools/call direct to upstream', result: direct },
+        { label: 'tools/call through a bare undici forwarder', result: floor },
         { label: 'tools/call through the gateway', result: through },
-        {
-          label: 'gateway / direct',
-          note: `throughput ×${ratio.toFixed(2)}, p50 +${(through.p50Ms - direct.p50Ms).toFixed(2)} ms, p99 +${(through.p99Ms - direct.p99Ms).toFixed(2)} ms`,
-        },
+        { label: 'gateway / direct', note: versus(direct) },
+        { label: 'gateway / bare forwarder (the floor)', note: versus(floor) },
       ]
     } finally {
       await gateway.close()
+      await forwarder.close()
       await upstream.close()
     }
   },

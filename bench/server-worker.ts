@@ -10,6 +10,7 @@ import { parseConfig } from '../src/config/load'
 import { describeError } from '../src/errors'
 import { silentLogger } from '../src/log'
 import { startGateway } from '../src/server/compose'
+import { startBareForwarder } from './bare-forwarder'
 import type { WorkerJob } from './fixtures'
 
 const RESULT = Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { content: [{ type: 'text', text: 'ok' }] } }))
@@ -54,7 +55,9 @@ async function main(): Promise<void> {
   const port = parentPort
   if (port === null) throw new Error('server-worker must run in a worker thread')
   try {
-    const server = job.kind === 'upstream' ? await startUpstream() : await startBenchGateway(job.upstreamUrl, job.tree)
+    const server = job.kind === 'upstream' ? await startUpstream()
+      : job.kind === 'forwarder' ? await startBareForwarder(job.upstreamUrl)
+      : await startBenchGateway(job.upstreamUrl, job.tree)
     port.once('message', () => {
       // process.exit in a worker ends only this thread; it also ends sockets a section left open.
       void server.stop().finally(() => process.exit(0))
