@@ -50,18 +50,36 @@ const attack: BenchSection = {
     const oldLimit = await startBenchGateway(upstream.url, { max_body_bytes: MIB })
     const rounds = Math.min(ctx.rounds, 3)
     const victim = (base: string) => (): Promise<LoadResult> =>
-      runLoad({ url: `${base}/mcp`, method: 'POST', headers: benchHeaders('victim', 'acme'), body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}', concurrency: VICTIM_CONCURRENCY, durationMs: ctx.roundMs, warmupMs: 200 })
+      runLoad({
+        url: `${base}/mcp`,
+        method: 'POST',
+        headers: benchHeaders('victim', 'acme'),
+        body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}',
+        concurrency: VICTIM_CONCURRENCY,
+        durationMs: ctx.roundMs,
+        warmupMs: 200,
+      })
     /** The victim's round, with the attacker sending `body` in a loop for the same time. */
     const underAttack = (base: string, body: Buffer) => async (): Promise<LoadResult> => {
       // On its own thread: sending megabytes must not slow the generator timing the victim.
-      const attacker = runLoadInWorker({ url: `${base}/mcp`, method: 'POST', headers: benchHeaders('attacker', 'guest'), body, concurrency: ATTACKER_CONCURRENCY, durationMs: ctx.roundMs + 200, requestTimeoutMs: 30_000 })
+      const attacker = runLoadInWorker({
+        url: `${base}/mcp`,
+        method: 'POST',
+        headers: benchHeaders('attacker', 'guest'),
+        body,
+        concurrency: ATTACKER_CONCURRENCY,
+        durationMs: ctx.roundMs + 200,
+        requestTimeoutMs: 30_000,
+      })
       const result = await victim(base)()
       attackerRounds.push(await attacker)
       return result
     }
     const attackerRounds: LoadResult[] = []
     try {
-      ctx.progress(`attack: ${rounds} rounds of ${ctx.roundMs} ms: victim alone, under flat, nested and many-keys 4 MiB attacks, under a flat 1 MiB attack (max_body_bytes 1 MiB)`)
+      ctx.progress(
+        `attack: ${rounds} rounds of ${ctx.roundMs} ms: victim alone, under flat, nested and many-keys 4 MiB attacks, under a flat 1 MiB attack (max_body_bytes 1 MiB)`,
+      )
       const results = await interleave(rounds, {
         alone: victim(gateway.url),
         flat: underAttack(gateway.url, flatBody(4 * MIB)),
@@ -72,7 +90,11 @@ const attack: BenchSection = {
       const alone = summarize(results.alone)
       const row = (label: string, runs: LoadResult[]) => {
         const r = summarize(runs)
-        return { label, result: r, note: `p99 ×${(r.p99Ms / alone.p99Ms).toFixed(2)} of alone, p50 +${(r.p50Ms - alone.p50Ms).toFixed(2)} ms` }
+        return {
+          label,
+          result: r,
+          note: `p99 ×${(r.p99Ms / alone.p99Ms).toFixed(2)} of alone, p50 +${(r.p50Ms - alone.p50Ms).toFixed(2)} ms`,
+        }
       }
       const attackerRate = (i: number) => summarize(attackerRounds.filter((_, k) => k % 4 === i)).reqPerSec.toFixed(1)
       return [
@@ -81,7 +103,10 @@ const attack: BenchSection = {
         row('victim, attacker nested 4 MiB', results.nested),
         row('victim, attacker 4 MiB of params keys', results.keys),
         row('victim, attacker flat 1 MiB (old limit)', results.flatOld),
-        { label: 'attacker bodies per second', note: `flat 4 MiB ${attackerRate(0)}, nested 4 MiB ${attackerRate(1)}, keys 4 MiB ${attackerRate(2)}, flat 1 MiB ${attackerRate(3)} (${ATTACKER_CONCURRENCY} connections)` },
+        {
+          label: 'attacker bodies per second',
+          note: `flat 4 MiB ${attackerRate(0)}, nested 4 MiB ${attackerRate(1)}, keys 4 MiB ${attackerRate(2)}, flat 1 MiB ${attackerRate(3)} (${ATTACKER_CONCURRENCY} connections)`,
+        },
       ]
     } finally {
       await gateway.close()

@@ -18,7 +18,10 @@ const jwtAuth = (cacheEntries: number): Record<string, unknown> => ({ mode: 'jwt
 
 async function benchToken(): Promise<string> {
   const now = Math.floor(Date.now() / 1000)
-  return new SignJWT({ sub: 'bench', tenant: 'acme' }).setProtectedHeader({ alg: 'HS256' }).setIssuedAt(now).setExpirationTime(now + 3600)
+  return new SignJWT({ sub: 'bench', tenant: 'acme' })
+    .setProtectedHeader({ alg: 'HS256' })
+    .setIssuedAt(now)
+    .setExpirationTime(now + 3600)
     .sign(new TextEncoder().encode(SECRET))
 }
 
@@ -43,10 +46,20 @@ const auth: BenchSection = {
       return [
         { label: 'tools/call, header auth (no crypto)', result: h },
         { label: 'tools/call, jwt HS256, token cache on', result: c, note: `×${(c.reqPerSec / h.reqPerSec).toFixed(3)} of header auth` },
-        { label: 'tools/call, jwt HS256, token cache off', result: u, note: `×${(u.reqPerSec / h.reqPerSec).toFixed(3)} of header auth, ×${(u.reqPerSec / c.reqPerSec).toFixed(3)} of cache on` },
+        {
+          label: 'tools/call, jwt HS256, token cache off',
+          result: u,
+          note: `×${(u.reqPerSec / h.reqPerSec).toFixed(3)} of header auth, ×${(u.reqPerSec / c.reqPerSec).toFixed(3)} of cache on`,
+        },
         { label: 'verify alone, cache hit', note: `${micro.hit.toFixed(0)} ns per token, in process` },
-        { label: 'verify alone, HS256 with the imported CryptoKey', note: `${micro.miss.toFixed(0)} ns per token (×${(micro.miss / micro.hit).toFixed(0)} a cache hit)` },
-        { label: 'verify alone, HS256 from raw secret bytes', note: `${micro.raw.toFixed(0)} ns per token (×${(micro.raw / micro.miss).toFixed(2)} the CryptoKey)` },
+        {
+          label: 'verify alone, HS256 with the imported CryptoKey',
+          note: `${micro.miss.toFixed(0)} ns per token (×${(micro.miss / micro.hit).toFixed(0)} a cache hit)`,
+        },
+        {
+          label: 'verify alone, HS256 from raw secret bytes',
+          note: `${micro.raw.toFixed(0)} ns per token (×${(micro.raw / micro.miss).toFixed(2)} the CryptoKey)`,
+        },
       ]
     } finally {
       await uncached.close()

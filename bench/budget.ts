@@ -42,7 +42,11 @@ const budget: BenchSection = {
       const stageUs = await stageMicroseconds()
       return [
         { label: 'tools/call, budget off', result: o },
-        { label: 'tools/call, budget on, admitted (3 buckets)', result: a, note: `×${(a.reqPerSec / o.reqPerSec).toFixed(3)} of budget off` },
+        {
+          label: 'tools/call, budget on, admitted (3 buckets)',
+          result: a,
+          note: `×${(a.reqPerSec / o.reqPerSec).toFixed(3)} of budget off`,
+        },
         { label: 'tools/call, budget on, throttled (429)', result: t, note: `×${(t.reqPerSec / o.reqPerSec).toFixed(3)} of budget off` },
         { label: 'memory store check alone (3 buckets)', note: `${checkUs.toFixed(2)} µs per admit, in process` },
         { label: 'budget stage alone (3 buckets, headers)', note: `${stageUs.toFixed(2)} µs per tools/call, in process` },

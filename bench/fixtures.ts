@@ -52,17 +52,23 @@ function startWorker(job: WorkerJob): Promise<BenchServer> {
       }
       resolve({
         url: msg.url,
-        close: () => new Promise<void>((done) => {
-          worker.once('exit', () => done())
-          worker.postMessage('stop')
-        }),
+        close: () =>
+          new Promise<void>((done) => {
+            worker.once('exit', () => done())
+            worker.postMessage('stop')
+          }),
       })
     })
   })
 }
 
 /** A tools/call body and the header-auth headers every bench request sends. */
-export const TOOL_CALL_BODY = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'hi' } } })
+export const TOOL_CALL_BODY = JSON.stringify({
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'tools/call',
+  params: { name: 'echo', arguments: { text: 'hi' } },
+})
 
 export function benchHeaders(identity = 'bench', tenant = 'acme'): Record<string, string> {
   return {
@@ -77,7 +83,18 @@ export function benchHeaders(identity = 'bench', tenant = 'acme'): Record<string
  * The standard measured call: a tools/call POST to `<base>/mcp`, for as long as one round of `ctx`,
  * after a short warm-up. Returns a factory per gateway so `interleave` can alternate them.
  */
-export function toolCallLoad(ctx: BenchContext, headers: Record<string, string> = benchHeaders()): (base: string) => () => Promise<LoadResult> {
+export function toolCallLoad(
+  ctx: BenchContext,
+  headers: Record<string, string> = benchHeaders(),
+): (base: string) => () => Promise<LoadResult> {
   return (base) => () =>
-    runLoad({ url: `${base}/mcp`, method: 'POST', headers, body: TOOL_CALL_BODY, concurrency: ctx.concurrency, durationMs: ctx.roundMs, warmupMs: 300 })
+    runLoad({
+      url: `${base}/mcp`,
+      method: 'POST',
+      headers,
+      body: TOOL_CALL_BODY,
+      concurrency: ctx.concurrency,
+      durationMs: ctx.roundMs,
+      warmupMs: 300,
+    })
 }

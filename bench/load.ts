@@ -206,12 +206,16 @@ export interface BenchContext {
 /** Formats a row as fixed-width text: label, req/s, p50, p99, statuses, note. */
 export function formatRow(row: BenchRow): string {
   const r = row.result
-  const figures = r === undefined
-    ? ''
-    : `${r.reqPerSec.toFixed(0).padStart(8)} req/s  p50 ${r.p50Ms.toFixed(2).padStart(7)} ms  p99 ${r.p99Ms.toFixed(2).padStart(7)} ms  ${formatStatuses(r.statuses)}`
+  const figures =
+    r === undefined
+      ? ''
+      : `${r.reqPerSec.toFixed(0).padStart(8)} req/s  p50 ${r.p50Ms.toFixed(2).padStart(7)} ms  p99 ${r.p99Ms.toFixed(2).padStart(7)} ms  ${formatStatuses(r.statuses)}`
   return `${row.label.padEnd(44)} ${figures}${row.note ? `  ${row.note}` : ''}`.trimEnd()
 }
 
 function formatStatuses(statuses: Readonly<Record<string, number>>): string {
-  return Object.keys(statuses).sort().map((k) => `${k}×${statuses[k]}`).join(' ')
+  return Object.keys(statuses)
+    .sort()
+    .map((k) => `${k}×${statuses[k]}`)
+    .join(' ')
 }

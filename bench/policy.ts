@@ -43,11 +43,20 @@ export function syntheticPolicy(ruleCount: number, shape: PolicyShape = 'typical
       continue
     }
     switch (i % 5) {
-      case 0: rules.push({ identity: `user-${i}`, tenant: null, method: 'tools/call', tool: `tool-${i % 50}`, effect: effect(i) }); break
-      case 1: rules.push({ identity: `user-${i}`, tenant: `tenant-${i % 20}`, method: 'tools/call', tool: `read_${i}_*`, effect: effect(i) }); break
-      case 2: rules.push({ identity: FAMILIES[i % FAMILIES.length], tenant: null, method: 'tools/call', tool: `tool-${i}`, effect: effect(i) }); break
-      case 3: rules.push({ identity: '*', tenant: `tenant-${i}`, method: 'resources/read', tool: `example://${i}/*`, effect: effect(i) }); break
-      default: rules.push({ identity: `user-${i}`, tenant: null, method: 'prompts/get', tool: `prompt-${i}`, effect: effect(i) })
+      case 0:
+        rules.push({ identity: `user-${i}`, tenant: null, method: 'tools/call', tool: `tool-${i % 50}`, effect: effect(i) })
+        break
+      case 1:
+        rules.push({ identity: `user-${i}`, tenant: `tenant-${i % 20}`, method: 'tools/call', tool: `read_${i}_*`, effect: effect(i) })
+        break
+      case 2:
+        rules.push({ identity: FAMILIES[i % FAMILIES.length], tenant: null, method: 'tools/call', tool: `tool-${i}`, effect: effect(i) })
+        break
+      case 3:
+        rules.push({ identity: '*', tenant: `tenant-${i}`, method: 'resources/read', tool: `example://${i}/*`, effect: effect(i) })
+        break
+      default:
+        rules.push({ identity: `user-${i}`, tenant: null, method: 'prompts/get', tool: `prompt-${i}`, effect: effect(i) })
     }
   }
   rules.push({ identity: 'ci-*', tenant: null, method: '*', tool: 'admin_*', effect: 'deny' })
@@ -108,7 +117,10 @@ function median(values: readonly number[]): number {
 }
 
 /** Measures one rule count: rounds alternate compiled and linear so a noisy neighbour hits both alike. */
-export function measurePolicy(ruleCount: number, options: { rounds?: number; decisionsPerRound?: number; shape?: PolicyShape } = {}): PolicyBenchResult {
+export function measurePolicy(
+  ruleCount: number,
+  options: { rounds?: number; decisionsPerRound?: number; shape?: PolicyShape } = {},
+): PolicyBenchResult {
   const rounds = options.rounds ?? 7
   const decisions = options.decisionsPerRound ?? 200_000
   const shape = options.shape ?? 'typical'

@@ -18,7 +18,8 @@ import { migrate } from '../src/postgres/migrate'
 import { startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 import { type BenchRow, type BenchSection, interleave, median, summarize } from './load'
 
-const ADMIN_URL = process.env.WARDLINE_BENCH_DATABASE_URL ?? process.env.WARDLINE_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+const ADMIN_URL =
+  process.env.WARDLINE_BENCH_DATABASE_URL ?? process.env.WARDLINE_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const LIMIT = 1_000_000_000
 const BUDGET = {
   requests_per_window: LIMIT,
@@ -41,17 +42,24 @@ function identityOnly(identity: string): BucketCharge[] {
 }
 
 /** Checks per second and the median check latency, `concurrency` checks in flight for `durationMs`. */
-async function storeLoad(store: BudgetStore, next: () => BucketCharge[], concurrency: number, durationMs: number): Promise<{ perSec: number; p50Ms: number }> {
+async function storeLoad(
+  store: BudgetStore,
+  next: () => BucketCharge[],
+  concurrency: number,
+  durationMs: number,
+): Promise<{ perSec: number; p50Ms: number }> {
   const latencies: number[] = []
   const end = performance.now() + durationMs
   const started = performance.now()
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (performance.now() < end) {
-      const t = performance.now()
-      await store.admit(next())
-      if (latencies.length < 200_000) latencies.push(performance.now() - t)
-    }
-  }))
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        const t = performance.now()
+        await store.admit(next())
+        if (latencies.length < 200_000) latencies.push(performance.now() - t)
+      }
+    }),
+  )
   const seconds = (performance.now() - started) / 1000
   return { perSec: latencies.length / seconds, p50Ms: median(latencies) }
 }
@@ -89,7 +97,11 @@ const postgres: BenchSection = {
       // 1. Through the gateway over HTTP: one hot identity, three buckets per check.
       const upstream = await startRawUpstream()
       const memoryGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true }, budget: BUDGET })
-      const pgGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true, postgres_storage: true }, postgres: { dsn, max_connections: 10 }, budget: BUDGET })
+      const pgGw = await startBenchGateway(upstream.url, {
+        features: { budget_enforcement: true, postgres_storage: true },
+        postgres: { dsn, max_connections: 10 },
+        budget: BUDGET,
+      })
       try {
         const load = toolCallLoad(ctx)
         ctx.progress(`postgres: ${ctx.rounds} HTTP rounds of ${ctx.roundMs} ms, memory then postgres store, one hot identity`)
@@ -98,7 +110,11 @@ const postgres: BenchSection = {
         const p = summarize(rounds.postgres)
         rows.push(
           { label: 'tools/call admitted, memory store (hot key)', result: m },
-          { label: 'tools/call admitted, postgres store (hot key)', result: p, note: `×${(p.reqPerSec / m.reqPerSec).toFixed(2)} of memory` },
+          {
+            label: 'tools/call admitted, postgres store (hot key)',
+            result: p,
+            note: `×${(p.reqPerSec / m.reqPerSec).toFixed(2)} of memory`,
+          },
         )
       } finally {
         await pgGw.close()

@@ -36,7 +36,11 @@ const core: BenchSection = {
     try {
       const load = toolCallLoad(ctx)
       ctx.progress(`core: ${ctx.rounds} rounds of ${ctx.roundMs} ms, direct, bare forwarder, gateway, concurrency ${ctx.concurrency}`)
-      const rounds = await interleave(ctx.rounds, { direct: load(upstream.url), forwarder: load(forwarder.url), gateway: load(gateway.url) })
+      const rounds = await interleave(ctx.rounds, {
+        direct: load(upstream.url),
+        forwarder: load(forwarder.url),
+        gateway: load(gateway.url),
+      })
       const direct = summarize(rounds.direct)
       const floor = summarize(rounds.forwarder)
       const through = summarize(rounds.gateway)
@@ -73,7 +77,10 @@ function loadAreaSections(): BenchSection[] {
 async function withDeadline(section: BenchSection, ctx: BenchContext): Promise<BenchRow[]> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<BenchRow[]>((resolve) => {
-    timer = setTimeout(() => resolve([{ label: section.name, note: `did not finish within ${section.budgetSeconds} s: abandoned` }]), section.budgetSeconds * 1000)
+    timer = setTimeout(
+      () => resolve([{ label: section.name, note: `did not finish within ${section.budgetSeconds} s: abandoned` }]),
+      section.budgetSeconds * 1000,
+    )
   })
   try {
     return await Promise.race([section.run(ctx), late])
@@ -85,10 +92,14 @@ async function withDeadline(section: BenchSection, ctx: BenchContext): Promise<B
 }
 
 async function main(): Promise<void> {
-  const only = process.env.BENCH_ONLY?.split(',').map((s) => s.trim()).filter(Boolean)
+  const only = process.env.BENCH_ONLY?.split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
   const sections = [core, ...loadAreaSections()].filter((s) => !only || only.includes(s.name))
   const started = performance.now()
-  process.stdout.write(`wardline bench: node ${process.version}, medians of ${context.rounds} interleaved rounds of ${context.roundMs} ms, ${context.concurrency} in flight\n`)
+  process.stdout.write(
+    `wardline bench: node ${process.version}, medians of ${context.rounds} interleaved rounds of ${context.roundMs} ms, ${context.concurrency} in flight\n`,
+  )
   for (const section of sections) {
     const elapsed = (performance.now() - started) / 1000
     if (elapsed + section.budgetSeconds > TOTAL_BUDGET_SECONDS) {

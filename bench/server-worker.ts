@@ -27,17 +27,25 @@ async function startUpstream(): Promise<{ url: string; stop(): Promise<void> }> 
   const { port } = server.address() as AddressInfo
   return {
     url: `http://127.0.0.1:${port}`,
-    stop: () => new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    }),
+    stop: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
   }
 }
 
 async function startBenchGateway(upstreamUrl: string, tree: Record<string, unknown>): Promise<{ url: string; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'wardline-bench-'))
   const config = parseConfig(
-    yaml.dump({ listen: '127.0.0.1:0', upstream: upstreamUrl, auth: { mode: 'header' }, audit: { output: join(dir, 'audit.jsonl') }, log_level: 'error', ...tree }),
+    yaml.dump({
+      listen: '127.0.0.1:0',
+      upstream: upstreamUrl,
+      auth: { mode: 'header' },
+      audit: { output: join(dir, 'audit.jsonl') },
+      log_level: 'error',
+      ...tree,
+    }),
     { env: process.env, baseDir: dir },
   )
   const gateway = await startGateway(config, { log: silentLogger() })
@@ -55,9 +63,12 @@ async function main(): Promise<void> {
   const port = parentPort
   if (port === null) throw new Error('server-worker must run in a worker thread')
   try {
-    const server = job.kind === 'upstream' ? await startUpstream()
-      : job.kind === 'forwarder' ? await startBareForwarder(job.upstreamUrl)
-      : await startBenchGateway(job.upstreamUrl, job.tree)
+    const server =
+      job.kind === 'upstream'
+        ? await startUpstream()
+        : job.kind === 'forwarder'
+          ? await startBareForwarder(job.upstreamUrl)
+          : await startBenchGateway(job.upstreamUrl, job.tree)
     port.once('message', () => {
       // process.exit in a worker ends only this thread; it also ends sockets a section left open.
       void server.stop().finally(() => process.exit(0))

@@ -45,7 +45,10 @@ export function buildMcpServer(): McpServer {
   })
   mcp.registerTool(
     'count_slowly',
-    { description: 'Counts to n, sending a progress notification per step', inputSchema: { n: z.number().int().min(1).max(100), delay_ms: z.number().int().min(0).max(5000).optional() } },
+    {
+      description: 'Counts to n, sending a progress notification per step',
+      inputSchema: { n: z.number().int().min(1).max(100), delay_ms: z.number().int().min(0).max(5000).optional() },
+    },
     async ({ n, delay_ms }, extra) => {
       const token = extra._meta?.progressToken
       for (let i = 1; i <= n; i++) {
@@ -151,7 +154,11 @@ if (require.main === module) {
     const i = args.indexOf(name)
     return i >= 0 ? args[i + 1] : undefined
   }
-  startExampleServer({ port: Number(arg('--port') ?? 3001), host: arg('--host') ?? '127.0.0.1', mode: (arg('--mode') as ExampleMode) ?? 'stateful' }).then(
+  startExampleServer({
+    port: Number(arg('--port') ?? 3001),
+    host: arg('--host') ?? '127.0.0.1',
+    mode: (arg('--mode') as ExampleMode) ?? 'stateful',
+  }).then(
     (s) => process.stderr.write(`example MCP server on ${s.url}/mcp (legacy SSE on ${s.url}/sse)\n`),
     (err) => {
       process.stderr.write(`example MCP server failed to start: ${String(err)}\n`)

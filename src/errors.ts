@@ -31,7 +31,11 @@ export const STATUS: Readonly<Record<ErrorCode, number>> = {
 }
 
 export class WardlineError extends Error {
-  constructor(readonly code: ErrorCode, message: string, options?: ErrorOptions) {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    options?: ErrorOptions,
+  ) {
     super(message, options)
     this.name = new.target.name
   }
@@ -67,5 +71,8 @@ export function describeError(err: unknown): string {
     }
   }
   const seen = new Set<string>()
-  return parts.filter((p) => !seen.has(p) && seen.add(p)).join(': ').replace(/\s+/g, ' ')
+  return parts
+    .filter((p) => !seen.has(p) && seen.add(p))
+    .join(': ')
+    .replace(/\s+/g, ' ')
 }

@@ -27,7 +27,11 @@ export function silentLogger(): Logger {
 export class RateLimitedLog {
   private readonly last = new Map<string, { at: number; suppressed: number }>()
 
-  constructor(private readonly log: Logger, private readonly intervalMs = 60_000, private readonly now = Date.now) {}
+  constructor(
+    private readonly log: Logger,
+    private readonly intervalMs = 60_000,
+    private readonly now = Date.now,
+  ) {}
 
   warn(key: string, message: string, meta: Record<string, unknown> = {}): void {
     const t = this.now()

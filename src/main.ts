@@ -10,7 +10,10 @@ const { version } = require('../../package.json') as { version: string }
 
 export function buildCli(): Command {
   const program = new Command()
-  program.name('wardline').description('MCP gateway: identity, budgets, policy and an audit trail in front of an MCP server').version(version)
+  program
+    .name('wardline')
+    .description('MCP gateway: identity, budgets, policy and an audit trail in front of an MCP server')
+    .version(version)
 
   program
     .command('serve')
@@ -45,7 +48,12 @@ export function buildCli(): Command {
     .requiredOption('--sub <identity>', 'the identity (the auth.jwt.identity_claim claim)')
     .option('--tenant <tenant>', 'the tenant (the auth.jwt.tenant_claim claim); omitted means tenant "default"')
     .option('--ttl <duration>', 'lifetime: 90s, 30m, 1h, 7d', '1h')
-    .option('--claim <key=value>', 'an extra claim (repeatable; JSON values are parsed)', (v: string, acc: Record<string, unknown>) => parseClaim(v, acc), {})
+    .option(
+      '--claim <key=value>',
+      'an extra claim (repeatable; JSON values are parsed)',
+      (v: string, acc: Record<string, unknown>) => parseClaim(v, acc),
+      {},
+    )
     .action(async (opts: TokenOptions) => {
       await tokenCommand(opts)
     })
@@ -53,8 +61,10 @@ export function buildCli(): Command {
 }
 
 if (require.main === module) {
-  buildCli().parseAsync(process.argv).catch((err) => {
-    process.stderr.write(`wardline: ${describeError(err)}\n`)
-    process.exit(1)
-  })
+  buildCli()
+    .parseAsync(process.argv)
+    .catch((err) => {
+      process.stderr.write(`wardline: ${describeError(err)}\n`)
+      process.exit(1)
+    })
 }

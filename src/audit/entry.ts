@@ -64,9 +64,23 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   const calls = ex.calls
   if (!ex.batch) {
     const call = calls.length === 1 ? calls[0] : null
-    const method = call === null ? ex.req.method ?? '' : call.method || 'response'
+    const method = call === null ? (ex.req.method ?? '') : call.method || 'response'
     const decision = ex.decision ?? (call?.gated ? 'allow' : 'passthrough')
-    return [entry(timestamp, ex.requestId, identity, tenant, method, call?.target ?? '', decision, ex.status, latency, call?.reason || ex.reason, sessionId)]
+    return [
+      entry(
+        timestamp,
+        ex.requestId,
+        identity,
+        tenant,
+        method,
+        call?.target ?? '',
+        decision,
+        ex.status,
+        latency,
+        call?.reason || ex.reason,
+        sessionId,
+      ),
+    ]
   }
   if (!ex.forwarded) return [refusedBatchEntry(ex, timestamp, identity, tenant, latency, sessionId)]
   const out: AuditEntry[] = []
@@ -78,11 +92,27 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
       continue
     }
     const decision = ex.decision ?? 'allow'
-    out.push(entry(timestamp, `${ex.requestId}/${i}`, identity, tenant, call.method, call.target, decision, ex.status, latency, call.reason || ex.reason, sessionId))
+    out.push(
+      entry(
+        timestamp,
+        `${ex.requestId}/${i}`,
+        identity,
+        tenant,
+        call.method,
+        call.target,
+        decision,
+        ex.status,
+        latency,
+        call.reason || ex.reason,
+        sessionId,
+      ),
+    )
   }
   if (rest !== null) {
     const decision = ex.decision ?? 'passthrough'
-    out.push(entry(timestamp, `${ex.requestId}/rest`, identity, tenant, rest.join(','), '', decision, ex.status, latency, ex.reason, sessionId))
+    out.push(
+      entry(timestamp, `${ex.requestId}/rest`, identity, tenant, rest.join(','), '', decision, ex.status, latency, ex.reason, sessionId),
+    )
   }
   return out
 }
@@ -92,7 +122,14 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
  * methods in order of first appearance, and as `tool` the target of the first element a stage
  * singled out (a policy denial), else of the first gated element.
  */
-function refusedBatchEntry(ex: Exchange, timestamp: string, identity: string, tenant: string, latency: number, sessionId: string): AuditEntry {
+function refusedBatchEntry(
+  ex: Exchange,
+  timestamp: string,
+  identity: string,
+  tenant: string,
+  latency: number,
+  sessionId: string,
+): AuditEntry {
   const calls = ex.calls
   const methods = new Set<string>()
   let refused: string | null = null
@@ -105,15 +142,44 @@ function refusedBatchEntry(ex: Exchange, timestamp: string, identity: string, te
   }
   const tool = refused ?? firstGated ?? ''
   // ex.batch is set only for a batch that parsed, so there is always at least one method here.
-  return entry(timestamp, ex.requestId, identity, tenant, [...methods].join(','), tool, ex.decision ?? 'error', ex.status, latency, ex.reason, sessionId)
+  return entry(
+    timestamp,
+    ex.requestId,
+    identity,
+    tenant,
+    [...methods].join(','),
+    tool,
+    ex.decision ?? 'error',
+    ex.status,
+    latency,
+    ex.reason,
+    sessionId,
+  )
 }
 
 function entry(
-  timestamp: string, requestId: string, identity: string, tenant: string, method: string, tool: string,
-  decision: Decision, status: number, latency: number, reason: string, sessionId: string,
+  timestamp: string,
+  requestId: string,
+  identity: string,
+  tenant: string,
+  method: string,
+  tool: string,
+  decision: Decision,
+  status: number,
+  latency: number,
+  reason: string,
+  sessionId: string,
 ): AuditEntry {
   const e: { -readonly [K in keyof AuditEntry]: AuditEntry[K] } = {
-    timestamp, request_id: requestId, identity, tenant, method, tool, decision, status, latency_ms: latency,
+    timestamp,
+    request_id: requestId,
+    identity,
+    tenant,
+    method,
+    tool,
+    decision,
+    status,
+    latency_ms: latency,
   }
   if (reason) e.reason = reason
   if (sessionId) e.session_id = sessionId

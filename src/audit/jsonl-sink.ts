@@ -46,7 +46,10 @@ export class JsonlAuditSink implements AuditSink {
   private checkTail = true
   private readonly openFile: (path: string, flags: string) => Promise<FileHandle>
 
-  private constructor(private readonly path: string | 'stdout', options: JsonlSinkOptions) {
+  private constructor(
+    private readonly path: string | 'stdout',
+    options: JsonlSinkOptions,
+  ) {
     this.name = path === 'stdout' ? 'stdout' : `jsonl:${path}`
     this.openFile = options.openFile ?? open
     // stdout cannot be read back: it starts clean and gets a newline only after a failed write.

@@ -1,4 +1,17 @@
-import { createReadStream, closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs'
+import {
+  createReadStream,
+  closeSync,
+  existsSync,
+  fstatSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs'
 import { dirname } from 'node:path'
 import { createInterface } from 'node:readline'
 import { WardlineError, describeError } from '../errors'
@@ -121,7 +134,12 @@ export class AuditSpill {
    * Writes one batch. When the sink refuses it for its data, writes the entries one by one to find
    * the culprits, quarantines those, and goes on; any other failure (the sink is down) rejects.
    */
-  private async writeBatch(progress: ReplayProgress, batch: Spilled[], write: (batch: AuditEntry[]) => Promise<void>, hooks: ReplayHooks): Promise<number> {
+  private async writeBatch(
+    progress: ReplayProgress,
+    batch: Spilled[],
+    write: (batch: AuditEntry[]) => Promise<void>,
+    hooks: ReplayHooks,
+  ): Promise<number> {
     try {
       await write(batch.map((s) => s.entry))
       return batch.length

@@ -15,7 +15,11 @@ export class AuditTrail {
 
   private readonly warn: RateLimitedLog
 
-  constructor(readonly writers: readonly AuditWriter[], private readonly metrics: Metrics, log: Logger = silentLogger()) {
+  constructor(
+    readonly writers: readonly AuditWriter[],
+    private readonly metrics: Metrics,
+    log: Logger = silentLogger(),
+  ) {
     this.warn = new RateLimitedLog(log)
     for (const w of writers) {
       metrics.auditQueued.labels(w.sink.name).set(0)
@@ -38,7 +42,10 @@ export class AuditTrail {
       const full = writers[i]
       this.metrics.auditBackpressure.inc()
       this.warn.warn('audit-backpressure', 'audit queue full: calls refused with 503 (WL_AUDIT_BACKPRESSURE) until the sink catches up', {
-        sink: full.sink.name, queued: full.pending, reserved: full.reservedEntries, needed: count,
+        sink: full.sink.name,
+        queued: full.pending,
+        reserved: full.reservedEntries,
+        needed: count,
       })
       return full
     }

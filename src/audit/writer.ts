@@ -93,7 +93,11 @@ export class AuditWriter {
   replayed = 0
   rejected = 0
 
-  constructor(readonly sink: AuditSink, private readonly log: Logger, private readonly options: AuditWriterOptions) {
+  constructor(
+    readonly sink: AuditSink,
+    private readonly log: Logger,
+    private readonly options: AuditWriterOptions,
+  ) {
     this.warn = new RateLimitedLog(log)
     this.batchSize = options.batchSize ?? 500
     this.maxAttempts = options.maxAttempts ?? 5
@@ -153,7 +157,10 @@ export class AuditWriter {
       if (this.queue.length + this.reserved >= this.options.maxQueueEntries) {
         this.dropped++
         this.options.onDropped?.(1, this.sink.name)
-        this.warn.warn(`audit-full:${this.sink.name}`, 'audit queue full: entries dropped', { sink: this.sink.name, max_queue_entries: this.options.maxQueueEntries })
+        this.warn.warn(`audit-full:${this.sink.name}`, 'audit queue full: entries dropped', {
+          sink: this.sink.name,
+          max_queue_entries: this.options.maxQueueEntries,
+        })
         continue
       }
       this.queue.push(entry)
@@ -190,7 +197,11 @@ export class AuditWriter {
       // One bounded try: if the sink is back the file is emptied now; if not, it stays on disk and
       // the next start replays it. Either way nothing recorded is lost.
       await withDeadline(this.replayNow(), CLOSE_REPLAY_MS, 'replay at close gave up').catch(() => undefined)
-      if (this.hasSpilled) this.log.warn('audit entries remain in the spill file; they are replayed at the next start', { sink: this.sink.name, spill_file: this.options.spill?.path })
+      if (this.hasSpilled)
+        this.log.warn('audit entries remain in the spill file; they are replayed at the next start', {
+          sink: this.sink.name,
+          spill_file: this.options.spill?.path,
+        })
     }
     await this.sink.close()
   }
@@ -223,7 +234,11 @@ export class AuditWriter {
         if (failure === null) return
         if (this.options.spill) {
           this.sinkDown = true
-          this.log.warn('audit sink keeps failing: spilling entries to the local file until it is back', { sink: this.sink.name, spill_file: this.options.spill.path, cause: describeError(failure.err) })
+          this.log.warn('audit sink keeps failing: spilling entries to the local file until it is back', {
+            sink: this.sink.name,
+            spill_file: this.options.spill.path,
+            cause: describeError(failure.err),
+          })
           if (this.spill(batch)) return
         } else {
           // Without a spill file writeWithinBound gives up only while closing.
@@ -266,7 +281,12 @@ export class AuditWriter {
           ? attempt >= this.maxAttempts || giveUpAt - performance.now() <= delay || closingWithSpill()
           : failuresWhileClosing >= this.maxAttempts
         if (giveUp) return { err }
-        this.warn.warn(`audit-retry:${this.sink.name}`, 'audit write failed: retrying', { sink: this.sink.name, attempt, queued: this.queue.length, cause: describeError(err) })
+        this.warn.warn(`audit-retry:${this.sink.name}`, 'audit write failed: retrying', {
+          sink: this.sink.name,
+          attempt,
+          queued: this.queue.length,
+          cause: describeError(err),
+        })
         await sleep(this.closed ? Math.min(delay, 50) : delay)
         delay = Math.min(delay * 2, 5000)
       }
@@ -301,7 +321,11 @@ export class AuditWriter {
       spill.append(batch)
     } catch (err) {
       this.lastSpillError = err
-      this.warn.warn(`audit-spill-failed:${this.sink.name}`, 'audit spill failed: holding the entries and retrying; new calls get 503 once the queue is full', { sink: this.sink.name, spill_file: spill.path, entries: batch.length, cause: describeError(err) })
+      this.warn.warn(
+        `audit-spill-failed:${this.sink.name}`,
+        'audit spill failed: holding the entries and retrying; new calls get 503 once the queue is full',
+        { sink: this.sink.name, spill_file: spill.path, entries: batch.length, cause: describeError(err) },
+      )
       return false
     }
     this.spilled += batch.length
@@ -334,7 +358,11 @@ export class AuditWriter {
         onRejected: (_line, why) => {
           this.rejected++
           this.options.onRejected?.(1, this.sink.name)
-          this.warn.warn(`audit-spill-rejected:${this.sink.name}`, 'audit spill file: moved a line the sink cannot take to the quarantine file', { sink: this.sink.name, rejected_file: spill.rejectedPath, why })
+          this.warn.warn(
+            `audit-spill-rejected:${this.sink.name}`,
+            'audit spill file: moved a line the sink cannot take to the quarantine file',
+            { sink: this.sink.name, rejected_file: spill.rejectedPath, why },
+          )
         },
       })
       this.sinkDown = false
@@ -344,7 +372,10 @@ export class AuditWriter {
       }
     } catch (err) {
       this.sinkDown = true
-      this.warn.warn(`audit-replay:${this.sink.name}`, 'audit spill replay failed: will retry', { sink: this.sink.name, cause: describeError(err) })
+      this.warn.warn(`audit-replay:${this.sink.name}`, 'audit spill replay failed: will retry', {
+        sink: this.sink.name,
+        cause: describeError(err),
+      })
     }
   }
 }

@@ -61,14 +61,22 @@ export class JwtAuthenticator implements Authenticator {
 
   static async open(config: JwtConfig, log: Logger, now: () => number = Date.now): Promise<JwtAuthenticator> {
     const keys = await loadKeys(config, log)
-    log.info('verifying bearer tokens', { keys: keys.description, issuer: config.issuer, audience: config.audience, cache_entries: config.cacheEntries })
+    log.info('verifying bearer tokens', {
+      keys: keys.description,
+      issuer: config.issuer,
+      audience: config.audience,
+      cache_entries: config.cacheEntries,
+    })
     // An identity provider's keys sign tokens for every application it serves: without an audience
     // (and an issuer, for a shared JWKS) this gateway accepts tokens minted for someone else.
     if (config.secret === null && (config.audience.length === 0 || config.issuer === null)) {
-      log.warn('auth.jwt has no audience or no issuer: any token these keys signed is accepted, including tokens issued for other applications; set both', {
-        issuer: config.issuer,
-        audience: config.audience,
-      })
+      log.warn(
+        'auth.jwt has no audience or no issuer: any token these keys signed is accepted, including tokens issued for other applications; set both',
+        {
+          issuer: config.issuer,
+          audience: config.audience,
+        },
+      )
     }
     return new JwtAuthenticator(config, keys, new TokenCache(config.cacheEntries, now), now)
   }
@@ -144,8 +152,12 @@ export function isNonCanonicalJws(token: string): boolean {
   const second = first < 0 ? -1 : token.indexOf('.', first + 1)
   // Not three segments: not a JWS at all, and jose refuses it before any signature check, naming why.
   if (second < 0 || token.includes('.', second + 1)) return false
-  return token.includes('=') ||
-    !canonicalSegment(token, 0, first) || !canonicalSegment(token, first + 1, second) || !canonicalSegment(token, second + 1, token.length)
+  return (
+    token.includes('=') ||
+    !canonicalSegment(token, 0, first) ||
+    !canonicalSegment(token, first + 1, second) ||
+    !canonicalSegment(token, second + 1, token.length)
+  )
 }
 
 const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
@@ -167,7 +179,9 @@ function hasQueryToken(url: string | undefined): boolean {
 }
 
 function invalid(reason: string, detail?: string): AuthFailure {
-  return detail === undefined ? { failed: true, reason, bearerError: 'invalid_token' } : { failed: true, reason, bearerError: 'invalid_token', detail }
+  return detail === undefined
+    ? { failed: true, reason, bearerError: 'invalid_token' }
+    : { failed: true, reason, bearerError: 'invalid_token', detail }
 }
 
 /**
@@ -178,10 +192,14 @@ function rejection(err: unknown, token: string): AuthFailure {
   if (err instanceof errors.JWTExpired) return invalid('token expired')
   if (err instanceof errors.JWTClaimValidationFailed) {
     switch (err.claim) {
-      case 'nbf': return invalid('token not yet valid')
-      case 'iss': return invalid('wrong token issuer')
-      case 'aud': return invalid('wrong token audience')
-      default: return invalid(`invalid "${safeName(err.claim)}" claim`)
+      case 'nbf':
+        return invalid('token not yet valid')
+      case 'iss':
+        return invalid('wrong token issuer')
+      case 'aud':
+        return invalid('wrong token audience')
+      default:
+        return invalid(`invalid "${safeName(err.claim)}" claim`)
     }
   }
   if (err instanceof errors.JWSSignatureVerificationFailed) return invalid('bad token signature')

@@ -49,7 +49,9 @@ const HMAC_HASH: Readonly<Record<string, string>> = { HS256: 'SHA-256', HS384: '
 
 async function hmacKeys(secret: string, algorithms: readonly string[], log: Logger): Promise<VerificationKeys> {
   if (secret === DEVELOPMENT_SECRET) {
-    log.warn('auth.jwt.secret is the public development secret: anyone can mint tokens for this gateway; set WARDLINE_JWT_SECRET before exposing it')
+    log.warn(
+      'auth.jwt.secret is the public development secret: anyone can mint tokens for this gateway; set WARDLINE_JWT_SECRET before exposing it',
+    )
   }
   const bytes = new TextEncoder().encode(secret)
   // A CryptoKey is verified about twice as fast as raw bytes, which jose would import on every call.
@@ -67,7 +69,11 @@ async function publicKeys(path: string, algorithms: readonly string[]): Promise<
     try {
       keys.set(alg, pem.includes('-----BEGIN CERTIFICATE-----') ? await importX509(pem, alg) : await importSPKI(pem, alg))
     } catch (err) {
-      throw new WardlineError('WL_CONFIG_INVALID', `auth.jwt.public_key_file: ${path} is not a public key usable with ${alg} (${describeError(err)})`, { cause: err })
+      throw new WardlineError(
+        'WL_CONFIG_INVALID',
+        `auth.jwt.public_key_file: ${path} is not a public key usable with ${alg} (${describeError(err)})`,
+        { cause: err },
+      )
     }
   }
   return { key: byAlgorithm(keys), description: `public key ${path} (${algorithms.join(', ')})`, close: noop }
@@ -81,7 +87,9 @@ function jwksFileKeys(path: string): VerificationKeys {
     const key = createLocalJWKSet(jwks)
     return { key, description: `JWKS file ${path} (${jwks.keys.length} keys)`, close: noop }
   } catch (err) {
-    throw new WardlineError('WL_CONFIG_INVALID', `auth.jwt.jwks_file: ${path} is not a JSON Web Key Set (${describeError(err)})`, { cause: err })
+    throw new WardlineError('WL_CONFIG_INVALID', `auth.jwt.jwks_file: ${path} is not a JSON Web Key Set (${describeError(err)})`, {
+      cause: err,
+    })
   }
 }
 
@@ -125,7 +133,10 @@ async function remoteKeys(config: JwtConfig, log: Logger): Promise<VerificationK
   const warnings = new RateLimitedLog(log)
   const refresh = (): Promise<void> =>
     fetchKeys().catch((err: unknown) => {
-      warnings.warn('jwks', 'cannot refresh the JWKS; verifying with the keys already known', { jwks_url: url, error: fetchProblem(err, config.jwksTimeoutSeconds) })
+      warnings.warn('jwks', 'cannot refresh the JWKS; verifying with the keys already known', {
+        jwks_url: url,
+        error: fetchProblem(err, config.jwksTimeoutSeconds),
+      })
     })
   await refresh()
   const timer = setInterval(() => void refresh(), config.jwksCacheSeconds * 1000)
@@ -173,7 +184,11 @@ function readKeyFile(path: string, key: string): string {
   try {
     return readFileSync(path, 'utf8')
   } catch (err) {
-    throw new WardlineError('WL_CONFIG_INVALID', `${key}: ${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? describeError(err)})`, { cause: err })
+    throw new WardlineError(
+      'WL_CONFIG_INVALID',
+      `${key}: ${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? describeError(err)})`,
+      { cause: err },
+    )
   }
 }
 

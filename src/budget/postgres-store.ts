@@ -105,7 +105,10 @@ export class PostgresBudgetStore implements BudgetStore {
   /** Late verdicts refunded so far (tests and docs). */
   refunded = 0
 
-  constructor(private readonly pool: Pool, options: PostgresBudgetStoreOptions) {
+  constructor(
+    private readonly pool: Pool,
+    options: PostgresBudgetStoreOptions,
+  ) {
     this.checkTimeoutMs = options.checkTimeoutMs
     this.synchronousCommit = options.synchronousCommit ?? false
     this.warn = options.log ? new RateLimitedLog(options.log) : null
@@ -136,9 +139,12 @@ export class PostgresBudgetStore implements BudgetStore {
       },
     )
     let abandoned = false
-    verdict.then((row) => {
-      if (abandoned && row.refused_by < 0) this.refund(charges, row)
-    }, () => undefined)
+    verdict.then(
+      (row) => {
+        if (abandoned && row.refused_by < 0) this.refund(charges, row)
+      },
+      () => undefined,
+    )
     try {
       return toResult(charges, await withDeadline(verdict, remaining, `no budget verdict within ${remaining} ms`))
     } catch (err) {
@@ -182,8 +188,13 @@ export class PostgresBudgetStore implements BudgetStore {
     const done = this.pool
       .query(REFUND_SQL, [charges.map((c) => c.key), charges.map((c) => c.cost), row.window_ends])
       .then(
-        () => { this.refunded++ },
-        (err) => this.warn?.warn('budget-refund', 'could not refund a budget check that was admitted after the gateway stopped waiting', { cause: describeError(err) }),
+        () => {
+          this.refunded++
+        },
+        (err) =>
+          this.warn?.warn('budget-refund', 'could not refund a budget check that was admitted after the gateway stopped waiting', {
+            cause: describeError(err),
+          }),
       )
       .finally(() => this.refunds.delete(done))
     this.refunds.add(done)
@@ -196,7 +207,10 @@ export class PostgresBudgetStore implements BudgetStore {
       return await withDeadline(pending, waitMs, `no database connection within ${Math.round(waitMs)} ms`)
     } catch (err) {
       // The pool may still hand us a connection later: give it straight back.
-      pending.then((late) => late.release(), () => undefined)
+      pending.then(
+        (late) => late.release(),
+        () => undefined,
+      )
       throw err
     }
   }

@@ -43,7 +43,13 @@ interface ListedBucket {
  * (tenants listed under budget.tenants) and the caller's identity bucket, checked in that order and
  * charged all together or not at all. Runs after authentication and parsing, before policy.
  */
-export function budgetStage(store: BudgetStore, config: BudgetConfig, metrics: Metrics, log: Logger, options: BudgetStageOptions = {}): BudgetStage {
+export function budgetStage(
+  store: BudgetStore,
+  config: BudgetConfig,
+  metrics: Metrics,
+  log: Logger,
+  options: BudgetStageOptions = {},
+): BudgetStage {
   const tools = listed('tool', config.tools, toolKey)
   const tenants = listed('tenant', config.tenants, tenantKey)
   const identityPolicyItem = policyItem('identity', config)
@@ -145,9 +151,10 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
     decision: 'throttled',
     // A batch needing more than a whole window allows can never be admitted, however long it waits:
     // the Retry-After every 429 carries cannot help it, so the audit says the batch must be split.
-    reason: cost > by.limit
-      ? `rate limit exceeded: batch needs ${cost} requests from the ${by.kind} bucket, which allows ${by.limit} per ${by.windowSeconds}s window: it can never be admitted whole`
-      : `rate limit exceeded: ${by.kind} bucket, ${by.limit} requests per ${by.windowSeconds}s window`,
+    reason:
+      cost > by.limit
+        ? `rate limit exceeded: batch needs ${cost} requests from the ${by.kind} bucket, which allows ${by.limit} per ${by.windowSeconds}s window: it can never be admitted whole`
+        : `rate limit exceeded: ${by.kind} bucket, ${by.limit} requests per ${by.windowSeconds}s window`,
     message: 'Rate limit exceeded',
     // Only the caller's own wait and which kind of bucket refused: never another caller's counts.
     data: { retry_after_seconds: retryAfter, bucket: by.kind },
@@ -186,7 +193,12 @@ function tightestTool(buckets: readonly BucketState[]): number {
   for (let i = 0; i < buckets.length; i++) {
     const b = buckets[i]
     if (b.kind !== 'tool') continue
-    if (best < 0 || b.remaining < buckets[best].remaining || (b.remaining === buckets[best].remaining && b.resetSeconds < buckets[best].resetSeconds)) best = i
+    if (
+      best < 0 ||
+      b.remaining < buckets[best].remaining ||
+      (b.remaining === buckets[best].remaining && b.resetSeconds < buckets[best].resetSeconds)
+    )
+      best = i
   }
   return best
 }
@@ -204,7 +216,14 @@ function policyItem(kind: BucketKind, limit: BucketLimit): string {
 function listed(kind: BucketKind, limits: Readonly<Record<string, BucketLimit>>, key: (name: string) => string): Map<string, ListedBucket> {
   const out = new Map<string, ListedBucket>()
   for (const [name, limit] of Object.entries(limits)) {
-    out.set(name, { key: key(name), kind, name, limit: limit.requestsPerWindow, windowSeconds: limit.windowSeconds, policyItem: policyItem(kind, limit) })
+    out.set(name, {
+      key: key(name),
+      kind,
+      name,
+      limit: limit.requestsPerWindow,
+      windowSeconds: limit.windowSeconds,
+      policyItem: policyItem(kind, limit),
+    })
   }
   return out
 }

@@ -44,7 +44,10 @@ export async function mintToken(config: Config, request: TokenRequest, now: () =
   const badTenant = request.tenant === undefined ? null : checkPrincipal('tenant', request.tenant)
   if (badTenant !== null) throw new WardlineError('WL_CONFIG_INVALID', `--tenant: ${badTenant}`)
   if (request.tenant === undefined && jwt.requireTenant) {
-    throw new WardlineError('WL_CONFIG_INVALID', '--tenant is required: this gateway has auth.jwt.require_tenant: true and refuses tokens without a tenant')
+    throw new WardlineError(
+      'WL_CONFIG_INVALID',
+      '--tenant is required: this gateway has auth.jwt.require_tenant: true and refuses tokens without a tenant',
+    )
   }
   const issuedAt = Math.floor(now() / 1000)
   const payload: Record<string, unknown> = { ...request.claims, [jwt.identityClaim]: request.sub }
@@ -94,6 +97,11 @@ export interface TokenOptions {
 /** `wardline token`: prints one token on stdout, nothing else, so `$(wardline token …)` works. */
 export async function tokenCommand(options: TokenOptions): Promise<void> {
   const config = loadConfig(options.config)
-  const token = await mintToken(config, { sub: options.sub, tenant: options.tenant, ttlSeconds: parseTtl(options.ttl), claims: options.claim })
+  const token = await mintToken(config, {
+    sub: options.sub,
+    tenant: options.tenant,
+    ttlSeconds: parseTtl(options.ttl),
+    claims: options.claim,
+  })
   process.stdout.write(`${token}\n`)
 }

@@ -18,7 +18,7 @@ export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => 
   const given = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
   // Serialized by the URL parser (a `"` or a space in the path is percent-encoded), then held to
   // printable ASCII without `"` and `\`: it goes into a quoted string in WWW-Authenticate.
-  const resourceMetadataUrl = given === null ? null : checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])?.href ?? given
+  const resourceMetadataUrl = given === null ? null : (checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])?.href ?? given)
   if (resourceMetadataUrl !== null && /["\\]|[^\x21-\x7e]/.test(resourceMetadataUrl)) {
     r.note('auth.resource_metadata_url', 'must not contain " or \\ or characters outside printable ASCII (percent-encode them)')
   }
@@ -32,8 +32,18 @@ export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => 
 
 function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string): JwtConfig {
   const o = r.object(value, 'auth.jwt', [
-    ...KEY_SOURCES, 'issuer', 'audience', 'algorithms', 'identity_claim', 'tenant_claim', 'require_tenant',
-    'clock_tolerance_seconds', 'jwks_timeout_seconds', 'jwks_cache_seconds', 'jwks_cooldown_seconds', 'cache_entries',
+    ...KEY_SOURCES,
+    'issuer',
+    'audience',
+    'algorithms',
+    'identity_claim',
+    'tenant_claim',
+    'require_tenant',
+    'clock_tolerance_seconds',
+    'jwks_timeout_seconds',
+    'jwks_cache_seconds',
+    'jwks_cooldown_seconds',
+    'cache_entries',
   ])
   const secret = r.optionalString(o.secret, 'auth.jwt.secret')
   if (secret !== null && Buffer.byteLength(secret) < MIN_SECRET_BYTES) {
@@ -45,7 +55,10 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
   const publicKeyFile = r.optionalString(o.public_key_file, 'auth.jwt.public_key_file')
   const sources = KEY_SOURCES.filter((k) => o[k] !== undefined && o[k] !== null)
   if (sources.length !== 1) {
-    r.note('auth.jwt', `needs exactly one key source among ${KEY_SOURCES.join(', ')}${sources.length ? ` (found ${sources.join(', ')})` : ''}`)
+    r.note(
+      'auth.jwt',
+      `needs exactly one key source among ${KEY_SOURCES.join(', ')}${sources.length ? ` (found ${sources.join(', ')})` : ''}`,
+    )
   }
 
   const audience = readStringOrList(r, o.audience, 'auth.jwt.audience')
@@ -115,4 +128,3 @@ export function checkUrl(r: Reader, value: string, path: string, protocols: read
   if (!protocols.includes(url.protocol)) r.note(path, `must use ${protocols.map((p) => p.slice(0, -1)).join(' or ')}`)
   return url
 }
-

@@ -15,7 +15,12 @@ export function expandEnv(value: unknown, path: string, env: NodeJS.ProcessEnv, 
     for (const [key, child] of Object.entries(value)) {
       // Defined, not assigned: `out["__proto__"] = …` would set the prototype, and the key (a tenant
       // named __proto__, or an unknown key that must be reported) would vanish without a word.
-      Object.defineProperty(out, key, { value: expandEnv(child, path ? `${path}.${key}` : key, env, r), enumerable: true, writable: true, configurable: true })
+      Object.defineProperty(out, key, {
+        value: expandEnv(child, path ? `${path}.${key}` : key, env, r),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      })
     }
     return out
   }

@@ -10,9 +10,28 @@ import { Reader, deepFreeze, parseYaml, readText } from './reader'
 import type { AuditConfig, Config, Features, HttpConfig, LogLevel } from './types'
 
 const TOP_LEVEL_KEYS = [
-  'listen', 'upstream', 'upstream_timeout_seconds', 'upstream_connections', 'max_body_bytes', 'request_timeout_seconds',
-  'max_json_depth', 'max_batch_messages', 'max_concurrent_per_identity', 'allowed_origins', 'allowed_hosts', 'trusted_proxies',
-  'shutdown_grace_seconds', 'shutdown_delay_seconds', 'log_level', 'features', 'audit', 'auth', 'budget', 'policy', 'policy_file', 'postgres',
+  'listen',
+  'upstream',
+  'upstream_timeout_seconds',
+  'upstream_connections',
+  'max_body_bytes',
+  'request_timeout_seconds',
+  'max_json_depth',
+  'max_batch_messages',
+  'max_concurrent_per_identity',
+  'allowed_origins',
+  'allowed_hosts',
+  'trusted_proxies',
+  'shutdown_grace_seconds',
+  'shutdown_delay_seconds',
+  'log_level',
+  'features',
+  'audit',
+  'auth',
+  'budget',
+  'policy',
+  'policy_file',
+  'postgres',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
 

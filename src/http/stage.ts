@@ -8,7 +8,14 @@ import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
  * has no pattern syntax, so the requested names are echoed, never a `*`.
  */
 const ALLOWED_REQUEST_HEADERS = new Set([
-  'authorization', 'content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id', 'mcp-method', 'mcp-name',
+  'authorization',
+  'content-type',
+  'accept',
+  'mcp-session-id',
+  'mcp-protocol-version',
+  'last-event-id',
+  'mcp-method',
+  'mcp-name',
 ])
 const PARAM_HEADER_PREFIX = 'mcp-param-'
 
@@ -152,8 +159,14 @@ const PREFLIGHT: Refusal = {
  */
 function preflight(requested: string | undefined): Refusal {
   if (requested === undefined || requested.trim() === '') return PREFLIGHT
-  const names = requested.toLowerCase().split(',').map((name) => name.trim()).filter((name) => name !== '')
-  const refused = names.find((name) => !ALLOWED_REQUEST_HEADERS.has(name) && !(name.startsWith(PARAM_HEADER_PREFIX) && name.length > PARAM_HEADER_PREFIX.length))
+  const names = requested
+    .toLowerCase()
+    .split(',')
+    .map((name) => name.trim())
+    .filter((name) => name !== '')
+  const refused = names.find(
+    (name) => !ALLOWED_REQUEST_HEADERS.has(name) && !(name.startsWith(PARAM_HEADER_PREFIX) && name.length > PARAM_HEADER_PREFIX.length),
+  )
   if (refused !== undefined) {
     return { ...PREFLIGHT, reason: `${PREFLIGHT_REASON}; request header ${shorten(refused)} not allowed, so none are` }
   }

@@ -3,9 +3,7 @@ import { INVALID_REQUEST, PARSE_ERROR, hasControlCharacters, isGatedMethod } fro
 import { quoted, resourceUriProblem } from './resource-uri'
 import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
 
-export type ParseResult =
-  | { ok: true; calls: RpcCall[]; batch: boolean }
-  | { ok: false; code: number; id: JsonRpcId; reason: string }
+export type ParseResult = { ok: true; calls: RpcCall[]; batch: boolean } | { ok: false; code: number; id: JsonRpcId; reason: string }
 
 /**
  * Parses a POST body as one JSON-RPC 2.0 message or a batch and classifies each message. Only the
@@ -17,7 +15,13 @@ export function parseMessages(body: Buffer, limits: ScanLimits): ParseResult {
 
 /** Classifies what the scanner read (jsonrpc/scan.ts) of `body`. */
 export function classifyScan(body: Buffer, scan: ScanResult): ParseResult {
-  if (!scan.ok) return { ok: false, code: scan.malformed ? PARSE_ERROR : INVALID_REQUEST, id: null, reason: scan.malformed ? `malformed JSON: ${scan.reason}` : scan.reason }
+  if (!scan.ok)
+    return {
+      ok: false,
+      code: scan.malformed ? PARSE_ERROR : INVALID_REQUEST,
+      id: null,
+      reason: scan.malformed ? `malformed JSON: ${scan.reason}` : scan.reason,
+    }
   const messages = scan.messages
   if (scan.batch) {
     if (messages.length === 0) return { ok: false, code: INVALID_REQUEST, id: null, reason: 'empty batch' }
@@ -150,7 +154,8 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (method === undefined || method === '') return 'method must be a non-empty string'
   if (hasControlCharacters(method)) return 'method contains control characters'
   const paramsMember = member(members, 'params')
-  if (paramsMember !== undefined && paramsMember.kind !== OBJECT && paramsMember.kind !== ARRAY) return 'params must be an object or an array'
+  if (paramsMember !== undefined && paramsMember.kind !== OBJECT && paramsMember.kind !== ARRAY)
+    return 'params must be an object or an array'
   if (method === 'completion/complete') {
     const problem = completionProblem(body, message)
     return problem ?? { id, method, target: '', gated: false, reason: '' }
@@ -179,7 +184,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (targetMember === undefined && TARGET_REQUIRED.has(method)) return `${method} needs params.${field} as a string`
   const target = text(body, targetMember) ?? ''
   const call = gatedCall(id, method, target)
-  return typeof call === 'string' || field !== 'uri' || targetMember === undefined ? call : resourceUriProblem(target) ?? call
+  return typeof call === 'string' || field !== 'uri' || targetMember === undefined ? call : (resourceUriProblem(target) ?? call)
 }
 
 /** Gated methods whose target the MCP schema requires (resources/* take `uri`, prompts/get `name`). */

@@ -24,7 +24,8 @@ export function resourceUriProblem(uri: string): string | null {
   if (!URL.canParse(uri)) return `resource URI ${quoted(uri)} is not an absolute URI`
   const href = new URL(uri).href
   if (href !== uri) return `resource URI ${quoted(uri)} is not in normal form (a server reads it as ${quoted(href)})`
-  if (PERCENT.test(uri)) return `resource URI ${quoted(uri)} has a percent-escape a server could decode otherwise (an escaped letter, digit, -._~, / or \\, lower-case hex, or a lone %)`
+  if (PERCENT.test(uri))
+    return `resource URI ${quoted(uri)} has a percent-escape a server could decode otherwise (an escaped letter, digit, -._~, / or \\, lower-case hex, or a lone %)`
   // `file:////private/x` is `/private/x` to a file server, but no `file:///private/*` rule names it.
   if (AUTHORITY_PATH.exec(uri)?.[1].includes('//')) return `resource URI ${quoted(uri)} has an empty path segment (//)`
   return null

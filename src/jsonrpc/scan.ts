@@ -76,7 +76,10 @@ function hexValue(c: number): number {
 }
 
 class ScanError extends Error {
-  constructor(readonly malformed: boolean, message: string) {
+  constructor(
+    readonly malformed: boolean,
+    message: string,
+  ) {
     super(message)
   }
 }
@@ -111,7 +114,10 @@ export class JsonScanner {
   /** Set by string(): the last string token was plain ASCII without escapes. */
   private plain = true
 
-  constructor(private readonly body: Buffer, private readonly limits: ScanLimits) {}
+  constructor(
+    private readonly body: Buffer,
+    private readonly limits: ScanLimits,
+  ) {}
 
   /**
    * Scans at least `sliceBytes` more bytes (or to the end). Returns the result once the body has been
@@ -384,9 +390,34 @@ export class JsonScanner {
  * costs more than the whole scan of a small body, and a tools/call has a dozen such strings.
  */
 const COMMON = [
-  'jsonrpc', 'id', 'method', 'params', 'result', 'error', 'name', 'arguments', 'uri', 'ref', 'type', '_meta', 'cursor',
-  'argument', 'context', 'progressToken', '2.0', 'tools/call', 'tools/list', 'resources/read', 'resources/list',
-  'prompts/get', 'prompts/list', 'ping', 'initialize', 'notifications/initialized', 'ref/prompt', 'ref/resource',
+  'jsonrpc',
+  'id',
+  'method',
+  'params',
+  'result',
+  'error',
+  'name',
+  'arguments',
+  'uri',
+  'ref',
+  'type',
+  '_meta',
+  'cursor',
+  'argument',
+  'context',
+  'progressToken',
+  '2.0',
+  'tools/call',
+  'tools/list',
+  'resources/read',
+  'resources/list',
+  'prompts/get',
+  'prompts/list',
+  'ping',
+  'initialize',
+  'notifications/initialized',
+  'ref/prompt',
+  'ref/resource',
 ]
 const COMMON_BY_LENGTH: string[][] = []
 for (const word of COMMON) (COMMON_BY_LENGTH[word.length] ??= []).push(word)

@@ -101,13 +101,23 @@ export function jsonRpcStage(limits: JsonRpcLimits): Stage {
       const encoding = ex.req.headers['content-encoding']
       if (encoding !== undefined && encoding !== 'identity') {
         // A compressed body cannot be inspected, and an uninspected body must not pass a gate.
-        return { status: 415, decision: 'error', reason: `content-encoding ${encoding} is not supported`, message: 'Compressed request bodies are not supported' }
+        return {
+          status: 415,
+          decision: 'error',
+          reason: `content-encoding ${encoding} is not supported`,
+          message: 'Compressed request bodies are not supported',
+        }
       }
       const charset = foreignCharset(ex.req.headers['content-type'])
       if (charset !== null) {
         // The gateway judges the body as UTF-8; an upstream that honours another charset (UTF-7, say)
         // would read other bytes, another tool name, than the one budget and policy judged.
-        return { status: 415, decision: 'error', reason: `content-type charset ${charset} is not supported`, message: 'Request bodies must be UTF-8' }
+        return {
+          status: 415,
+          decision: 'error',
+          reason: `content-type charset ${charset} is not supported`,
+          message: 'Request bodies must be UTF-8',
+        }
       }
       const unread = keepBody(ex, await readBody(ex.req, maxBodyBytes), tooLargeRefusal)
       if (unread !== null) return unread

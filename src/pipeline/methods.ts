@@ -11,8 +11,13 @@
  */
 export const GATED_METHODS: readonly string[] = [
   'tools/call',
-  'resources/list', 'resources/templates/list', 'resources/read', 'resources/subscribe', 'resources/unsubscribe',
-  'prompts/list', 'prompts/get',
+  'resources/list',
+  'resources/templates/list',
+  'resources/read',
+  'resources/subscribe',
+  'resources/unsubscribe',
+  'prompts/list',
+  'prompts/get',
 ]
 
 export function isGatedMethod(method: string): boolean {

@@ -92,7 +92,9 @@ export class CompiledPolicy {
   constructor(policy: PolicyConfig) {
     this.defaultEffect = policy.default
     this.rules = policy.rules
-    const entries = policy.rules.map((rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.tool)))
+    const entries = policy.rules.map(
+      (rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.tool)),
+    )
     for (const method of GATED_METHODS) this.byMethod.set(method, buildTable(policy.rules, entries, method))
     this.otherResources = buildTable(policy.rules, entries, OTHER_RESOURCES)
     this.otherPrompts = buildTable(policy.rules, entries, OTHER_PROMPTS)
@@ -100,8 +102,9 @@ export class CompiledPolicy {
 
   /** The index of the first rule matching this call, or -1 when none does (the default applies). */
   match(identity: string, tenant: string, method: string, target: string): number {
-    const categories = this.byMethod.get(method)
-      ?? (method.startsWith(OTHER_RESOURCES) ? this.otherResources : method.startsWith(OTHER_PROMPTS) ? this.otherPrompts : NO_CATEGORIES)
+    const categories =
+      this.byMethod.get(method) ??
+      (method.startsWith(OTHER_RESOURCES) ? this.otherResources : method.startsWith(OTHER_PROMPTS) ? this.otherPrompts : NO_CATEGORIES)
     let best = Number.MAX_SAFE_INTEGER
     for (let c = 0; c < categories.length; c++) {
       const category = categories[c]

@@ -50,7 +50,10 @@ export async function migrate(pool: Pool, log: Logger, migrations: readonly Migr
     const newest = Math.max(0, ...done)
     if (newest > known) {
       // A newer Wardline migrated this database; running old code against it is how data gets lost.
-      throw new WardlineError('WL_POSTGRES_UNAVAILABLE', `database schema is at version ${newest}, newer than this Wardline knows (${known}); upgrade Wardline`)
+      throw new WardlineError(
+        'WL_POSTGRES_UNAVAILABLE',
+        `database schema is at version ${newest}, newer than this Wardline knows (${known}); upgrade Wardline`,
+      )
     }
     const applied: number[] = []
     for (const m of [...migrations].sort((a, b) => a.version - b.version)) {
@@ -62,7 +65,9 @@ export async function migrate(pool: Pool, log: Logger, migrations: readonly Migr
         await query('COMMIT')
       } catch (err) {
         await query('ROLLBACK').catch(() => undefined)
-        throw new WardlineError('WL_POSTGRES_UNAVAILABLE', `migration ${m.version} (${m.name}) failed: ${describeError(err)}`, { cause: err })
+        throw new WardlineError('WL_POSTGRES_UNAVAILABLE', `migration ${m.version} (${m.name}) failed: ${describeError(err)}`, {
+          cause: err,
+        })
       }
       applied.push(m.version)
       log.info('postgres migration applied', { version: m.version, name: m.name })
@@ -74,7 +79,9 @@ export async function migrate(pool: Pool, log: Logger, migrations: readonly Migr
     throw new WardlineError('WL_POSTGRES_UNAVAILABLE', `postgres migrations failed: ${describeError(err)}`, { cause: err })
   } finally {
     if (locked) await query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => undefined)
-    await query('RESET statement_timeout; RESET lock_timeout').catch((err) => { broken ??= err })
+    await query('RESET statement_timeout; RESET lock_timeout').catch((err) => {
+      broken ??= err
+    })
     // A connection that failed mid-migration may be in any state: let the pool discard it.
     client.release(broken instanceof Error ? broken : undefined)
   }

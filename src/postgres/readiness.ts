@@ -69,9 +69,12 @@ async function ping(pool: Pool, timeoutMs: number): Promise<void> {
   } finally {
     const destroy = setTimeout(() => socket.destroy(), timeoutMs)
     destroy.unref()
-    void client.end().catch(() => undefined).finally(() => {
-      clearTimeout(destroy)
-      socket.destroy()
-    })
+    void client
+      .end()
+      .catch(() => undefined)
+      .finally(() => {
+        clearTimeout(destroy)
+        socket.destroy()
+      })
   }
 }

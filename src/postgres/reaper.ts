@@ -44,7 +44,11 @@ export class BudgetReaper {
   private readonly intervalMs: number
   private readonly backlogDelayMs: number
 
-  constructor(private readonly pool: Pool, log: Logger, private readonly options: BudgetReaperOptions = {}) {
+  constructor(
+    private readonly pool: Pool,
+    log: Logger,
+    private readonly options: BudgetReaperOptions = {},
+  ) {
     this.warn = new RateLimitedLog(log)
     this.batchSize = options.batchSize ?? 1000
     this.maxBatches = options.maxBatches ?? 20
@@ -58,21 +62,25 @@ export class BudgetReaper {
 
   private schedule(delayMs: number): void {
     this.timer = setTimeout(() => {
-      this.runOnce().then(
-        (result) => (result.backlog ? this.backlogDelayMs : this.intervalMs),
-        (err: unknown) => {
-          this.warn.warn('budget-reaper', 'budget reaper failed: will retry', { cause: describeError(err) })
-          return this.intervalMs
-        },
-      ).then((next) => {
-        if (this.timer !== null) this.schedule(next) // close() clears the timer: no new run after it
-      })
+      this.runOnce()
+        .then(
+          (result) => (result.backlog ? this.backlogDelayMs : this.intervalMs),
+          (err: unknown) => {
+            this.warn.warn('budget-reaper', 'budget reaper failed: will retry', { cause: describeError(err) })
+            return this.intervalMs
+          },
+        )
+        .then((next) => {
+          if (this.timer !== null) this.schedule(next) // close() clears the timer: no new run after it
+        })
     }, delayMs)
     this.timer.unref()
   }
 
   async runOnce(): Promise<ReapResult> {
-    this.running ??= this.reap().finally(() => { this.running = null })
+    this.running ??= this.reap().finally(() => {
+      this.running = null
+    })
     return this.running
   }
 

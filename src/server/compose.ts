@@ -63,7 +63,6 @@ export interface RunningGateway {
   reload(next: Config): string[]
 }
 
-
 /** The composition root: turns a validated Config into a listening gateway. */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger(config.logLevel)
@@ -80,7 +79,10 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const pool = postgresOn ? await openPostgres(config, log, closers) : null
 
   const writers: AuditWriter[] = []
-  const queueing = { maxQueueEntries: config.audit.maxQueueEntries, onDropped: (n: number, name: string) => metrics.auditDropped.labels(name).inc(n) }
+  const queueing = {
+    maxQueueEntries: config.audit.maxQueueEntries,
+    onDropped: (n: number, name: string) => metrics.auditDropped.labels(name).inc(n),
+  }
   if (config.audit.output !== null) {
     writers.push(new AuditWriter(await JsonlAuditSink.open(config.audit.output), log, queueing))
   }
@@ -104,9 +106,13 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const concurrency = new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity)
   // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
   const leading = [
-    httpStage(config.http), authStage(authenticator, config.auth), requestTargetStage(), jsonRpcStage(config.limits),
+    httpStage(config.http),
+    authStage(authenticator, config.auth),
+    requestTargetStage(),
+    jsonRpcStage(config.limits),
     // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
-    concurrencyStage(concurrency, metrics), auditReservationStage(audit),
+    concurrencyStage(concurrency, metrics),
+    auditReservationStage(audit),
   ]
   let budget: BudgetStage | null = null
   const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
@@ -127,19 +133,22 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     readyDetails: store === null ? undefined : () => ({ budget_fail_opens_last_minute: budget?.failOpensLastMinute() ?? 0 }),
   })
   const requestTimeoutMs = config.limits.requestTimeoutSeconds * 1000
-  const server = createServer({
-    keepAliveTimeout: 65_000,
-    // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
-    // response: SSE streams stay open for as long as the client wants.
-    requestTimeout: requestTimeoutMs,
-    headersTimeout: Math.min(60_000, requestTimeoutMs),
-    connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
-  }, (req, res) => {
-    // Draining: answer what arrives on a kept-alive connection, but close the connection after it
-    // (gateway.drain() does the same for proxied requests already in flight).
-    if (shuttingDown) res.shouldKeepAlive = false
-    if (!routes.handle(req, res)) void gateway.handle(req, res)
-  })
+  const server = createServer(
+    {
+      keepAliveTimeout: 65_000,
+      // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
+      // response: SSE streams stay open for as long as the client wants.
+      requestTimeout: requestTimeoutMs,
+      headersTimeout: Math.min(60_000, requestTimeoutMs),
+      connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
+    },
+    (req, res) => {
+      // Draining: answer what arrives on a kept-alive connection, but close the connection after it
+      // (gateway.drain() does the same for proxied requests already in flight).
+      if (shuttingDown) res.shouldKeepAlive = false
+      if (!routes.handle(req, res)) void gateway.handle(req, res)
+    },
+  )
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(config.listen.port, config.listen.host, () => {
@@ -176,7 +185,8 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       // trail is complete before it is flushed and closed.
       const settleBy = Date.now() + Math.max(2000, config.budget.checkTimeoutSeconds * 1000 + 1000)
       while (gateway.inFlight > 0 && Date.now() < settleBy) await sleep(10)
-      if (gateway.inFlight > 0) log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
+      if (gateway.inFlight > 0)
+        log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
       // Bounded: a sink that never completes a write (a stdout reader that stopped reading) must not
       // keep the process from exiting. The Postgres writer bounds itself well inside this.
       await withDeadline(audit.close(), AUDIT_CLOSE_TIMEOUT_MS, 'audit trail not flushed in time').catch((err: unknown) => {
@@ -212,7 +222,11 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
  * injects, the shared Postgres store (with its reaper) when there is a pool, else memory.
  */
 async function openBudgetStore(
-  config: Config, pool: Pool | null, injected: BudgetStore | undefined, log: Logger, closers: Array<() => Promise<void> | void>,
+  config: Config,
+  pool: Pool | null,
+  injected: BudgetStore | undefined,
+  log: Logger,
+  closers: Array<() => Promise<void> | void>,
 ): Promise<BudgetStore | null> {
   if (!config.features.budgetEnforcement) {
     if (config.budget.configured) log.warn('features.budget_enforcement is false: the budget: block is ignored and nothing is counted')
@@ -227,7 +241,9 @@ async function openBudgetStore(
     store = new MemoryBudgetStore()
   }
   if (store instanceof MemoryBudgetStore) {
-    log.info('budgets are kept in memory: limits are per process, so each replica enforces them separately (features.postgres_storage shares them)')
+    log.info(
+      'budgets are kept in memory: limits are per process, so each replica enforces them separately (features.postgres_storage shares them)',
+    )
   }
   closers.push(() => store.close())
   return store
@@ -283,7 +299,12 @@ async function openPostgres(config: Config, log: Logger, closers: Array<() => Pr
 }
 
 /** The shared budget store (with its reaper), or undefined while budgets are off. */
-async function openPostgresBudget(pool: Pool, config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<BudgetStore> {
+async function openPostgresBudget(
+  pool: Pool,
+  config: Config,
+  log: Logger,
+  closers: Array<() => Promise<void> | void>,
+): Promise<BudgetStore> {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000, log })
   await store.calibrate()
   const reaper = new BudgetReaper(pool, log)

@@ -77,7 +77,12 @@ export class Gateway {
     // The code leads the reason once; describeError(err) would repeat it after the message.
     const cause = err instanceof Error && err.cause !== undefined ? `: ${describeError(err.cause)}` : ''
     ex.reason = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
-    if (!known) this.log.error('unexpected error while handling a request', { request_id: ex.requestId, error: describeError(err), stack: (err as Error)?.stack })
+    if (!known)
+      this.log.error('unexpected error while handling a request', {
+        request_id: ex.requestId,
+        error: describeError(err),
+        stack: (err as Error)?.stack,
+      })
     if (!ex.res.headersSent) setLocalAnswerHeaders(ex)
     const retry = status === 503 ? { 'retry-after': '1' } : undefined
     writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)

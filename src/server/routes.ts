@@ -30,12 +30,15 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
   // /readyz needs no token: every check is shared (one probe in flight, a result reused for 1 s), so
   // a flood of probes costs the database one connection a second, not one per request.
   const checks = deps.readiness.map((c) => new SharedReadiness(c, deps.readinessMaxAgeMs ?? READINESS_MAX_AGE_MS, deps.now))
-  const metadataBody = deps.resourceMetadata === null ? null : JSON.stringify({
-    resource: deps.resourceMetadata.resource,
-    authorization_servers: deps.resourceMetadata.authorizationServers,
-    ...(deps.resourceMetadata.scopesSupported.length ? { scopes_supported: deps.resourceMetadata.scopesSupported } : {}),
-    bearer_methods_supported: ['header'],
-  })
+  const metadataBody =
+    deps.resourceMetadata === null
+      ? null
+      : JSON.stringify({
+          resource: deps.resourceMetadata.resource,
+          authorization_servers: deps.resourceMetadata.authorizationServers,
+          ...(deps.resourceMetadata.scopesSupported.length ? { scopes_supported: deps.resourceMetadata.scopesSupported } : {}),
+          bearer_methods_supported: ['header'],
+        })
   return {
     handle(req, res) {
       const url = req.url ?? '/'

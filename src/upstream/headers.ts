@@ -2,8 +2,15 @@ import type { IncomingHttpHeaders } from 'node:http'
 
 /** RFC 9110 §7.6.1: meaningful for one connection only, never forwarded. */
 const HOP_BY_HOP = new Set([
-  'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer',
-  'transfer-encoding', 'upgrade',
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
 ])
 
 /**
@@ -15,12 +22,21 @@ const HOP_BY_HOP = new Set([
  * only the gateway may set.
  */
 const DROPPED_REQUEST = new Set([
-  ...HOP_BY_HOP, 'host', 'content-length', 'expect', 'authorization', 'x-wardline-identity', 'x-wardline-tenant',
+  ...HOP_BY_HOP,
+  'host',
+  'content-length',
+  'expect',
+  'authorization',
+  'x-wardline-identity',
+  'x-wardline-tenant',
   'x-wardline-request-id',
   // Set by the gateway (forwarded.ts), never twice: from a trusted proxy the chain is extended, from
   // anyone else replaced, so a client cannot forge its address, Host or scheme. RFC 7239's Forwarded
   // says the same things, so it goes too (kept only from a trusted proxy).
-  'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'forwarded',
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-proto',
+  'forwarded',
 ])
 
 /** Response headers the gateway answers for itself or that describe the upstream connection. */
@@ -32,7 +48,10 @@ function connectionTokens(value: string | string[] | undefined): Set<string> | n
   // The usual value (keep-alive, close) names a header dropped anyway: no set to build per request.
   if (typeof value === 'string' && HOP_BY_HOP.has(value.toLowerCase())) return null
   const text = Array.isArray(value) ? value.join(',') : value
-  const tokens = text.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean)
+  const tokens = text
+    .split(',')
+    .map((t) => t.trim().toLowerCase())
+    .filter(Boolean)
   return tokens.length > 0 ? new Set(tokens) : null
 }
 
@@ -58,7 +77,11 @@ export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingH
  * (a listed browser origin) every Access-Control-* header of the upstream goes: the gateway's CORS
  * policy answers for the origin it checked, and an upstream's `*` or other origin must not widen it.
  */
-export function clientResponseHeaders(headers: IncomingHttpHeaders, own: Readonly<Record<string, string>> | null = null, cors = false): string[] {
+export function clientResponseHeaders(
+  headers: IncomingHttpHeaders,
+  own: Readonly<Record<string, string>> | null = null,
+  cors = false,
+): string[] {
   const named = connectionTokens(headers.connection)
   const out: string[] = []
   for (const name in headers) {

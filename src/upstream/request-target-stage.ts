@@ -32,7 +32,8 @@ const DOT_SEGMENT: Refusal = {
 const SEPARATOR_LOOKALIKE: Refusal = {
   status: 400,
   decision: 'error',
-  reason: 'request target has a backslash in its path or a fragment (#): URL parsers read them as a separator or the end of the path, so /..\\admin or /..#x could climb out of the upstream base path',
+  reason:
+    'request target has a backslash in its path or a fragment (#): URL parsers read them as a separator or the end of the path, so /..\\admin or /..#x could climb out of the upstream base path',
   message: 'Bad request target',
   rpcCode: INVALID_REQUEST,
 }

@@ -6,8 +6,15 @@ import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
 import { tempDir } from '../helpers/harness'
 
 const entry = (id: string): AuditEntry => ({
-  timestamp: '2026-11-29T00:00:00.000Z', request_id: id, identity: 'alice', tenant: 'acme', method: 'tools/call',
-  tool: 'echo', decision: 'allow', status: 200, latency_ms: 1.5,
+  timestamp: '2026-11-29T00:00:00.000Z',
+  request_id: id,
+  identity: 'alice',
+  tenant: 'acme',
+  method: 'tools/call',
+  tool: 'echo',
+  decision: 'allow',
+  status: 200,
+  latency_ms: 1.5,
 })
 
 describe('the JSONL audit sink', () => {
@@ -19,7 +26,12 @@ describe('the JSONL audit sink', () => {
     const second = await JsonlAuditSink.open(path)
     await second.write([entry('b'), entry('c')])
     await second.close()
-    expect(readFileSync(path, 'utf8').trimEnd().split('\n').map((l) => (JSON.parse(l) as AuditEntry).request_id)).toEqual(['a', 'b', 'c'])
+    expect(
+      readFileSync(path, 'utf8')
+        .trimEnd()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as AuditEntry).request_id),
+    ).toEqual(['a', 'b', 'c'])
   })
 
   test('a path that cannot be opened is a configuration error naming audit.output', async () => {

@@ -9,8 +9,15 @@ import { silentLogger } from '../../src/log'
 import { readJsonl, tempDir } from '../helpers/harness'
 
 const entry = (id: string): AuditEntry => ({
-  timestamp: '2026-11-29T00:00:00.000Z', request_id: id, identity: 'alice', tenant: 'acme', method: 'tools/call',
-  tool: 'echo', decision: 'allow', status: 200, latency_ms: 1.5,
+  timestamp: '2026-11-29T00:00:00.000Z',
+  request_id: id,
+  identity: 'alice',
+  tenant: 'acme',
+  method: 'tools/call',
+  tool: 'echo',
+  decision: 'allow',
+  status: 200,
+  latency_ms: 1.5,
 })
 const entries = (prefix: string, n: number): AuditEntry[] => Array.from({ length: n }, (_, i) => entry(`${prefix}${i}`))
 
@@ -25,7 +32,10 @@ class ControlledSink implements AuditSink {
   onCall: ((n: number) => void) | null = null
   private gate: Promise<void> | null = null
   private openGate: (() => void) | null = null
-  constructor(private readonly inner: AuditSink, public failing: number) {}
+  constructor(
+    private readonly inner: AuditSink,
+    public failing: number,
+  ) {}
 
   hold(): void {
     this.gate = new Promise((resolve) => (this.openGate = resolve))

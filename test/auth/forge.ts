@@ -58,10 +58,11 @@ export async function startJwksServer(keys: JWK[]): Promise<JwksServer> {
   const { port } = server.address() as AddressInfo
   return Object.assign(state, {
     url: `http://127.0.0.1:${port}/.well-known/jwks.json`,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
   })
 }
 
@@ -72,9 +73,10 @@ export async function startSilentServer(): Promise<{ url: string; close(): Promi
   const { port } = server.address() as AddressInfo
   return {
     url: `http://127.0.0.1:${port}/jwks.json`,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
   }
 }

@@ -5,7 +5,11 @@ import { startGateway } from '../../src/server/compose'
 import { type Harness, MCP_HEADERS, as, configFrom, startHarness, toolCall } from '../helpers/harness'
 
 async function whoami(h: Harness, headers: Record<string, string>): Promise<{ status: number; body: unknown; challenge: string | null }> {
-  const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...headers }, body: JSON.stringify(toolCall('whoami')) })
+  const res = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...headers },
+    body: JSON.stringify(toolCall('whoami')),
+  })
   const body = (await res.json()) as { result?: { content: Array<{ text: string }> }; error?: { message: string } }
   return {
     status: res.status,
@@ -24,7 +28,11 @@ describe('header mode', () => {
   })
 
   test('the identity and tenant headers become the caller, and reach the upstream as sent', async () => {
-    expect(await whoami(h, as('alice', 'acme'))).toEqual({ status: 200, body: { identity: 'alice', tenant: 'acme', authorization: null }, challenge: null })
+    expect(await whoami(h, as('alice', 'acme'))).toEqual({
+      status: 200,
+      body: { identity: 'alice', tenant: 'acme', authorization: null },
+      challenge: null,
+    })
     expect((await h.audit()).at(-1)).toMatchObject({ identity: 'alice', tenant: 'acme', decision: 'allow' })
   })
 
@@ -34,9 +42,18 @@ describe('header mode', () => {
 
   test('a missing or empty identity header is a 401, not an anonymous caller', async () => {
     for (const headers of [{}, { 'x-wardline-identity': '' }, { 'x-wardline-tenant': 'acme' }] as Array<Record<string, string>>) {
-      expect(await whoami(h, headers)).toEqual({ status: 401, body: 'Unauthorized: missing X-Wardline-Identity header', challenge: 'Bearer realm="wardline"' })
+      expect(await whoami(h, headers)).toEqual({
+        status: 401,
+        body: 'Unauthorized: missing X-Wardline-Identity header',
+        challenge: 'Bearer realm="wardline"',
+      })
     }
-    expect((await h.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', status: 401, identity: '', reason: 'missing X-Wardline-Identity header' })
+    expect((await h.audit()).at(-1)).toMatchObject({
+      decision: 'unauthorized',
+      status: 401,
+      identity: '',
+      reason: 'missing X-Wardline-Identity header',
+    })
   })
 
   test('identities with control characters or over 256 bytes are refused; Unicode is fine', async () => {
@@ -55,9 +72,24 @@ describe('header mode', () => {
 
 test('starting in header mode warns that identities are unauthenticated', async () => {
   const lines: string[] = []
-  const sink = new Writable({ write(chunk, _enc, done) { lines.push(String(chunk)); done() } })
-  const log = winston.createLogger({ level: 'warn', format: winston.format.json(), transports: [new winston.transports.Stream({ stream: sink })] })
-  const gateway = await startGateway(configFrom({ listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:9', auth: { mode: 'header' }, audit: { output: 'stdout' } }), { log })
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(String(chunk))
+      done()
+    },
+  })
+  const log = winston.createLogger({
+    level: 'warn',
+    format: winston.format.json(),
+    transports: [new winston.transports.Stream({ stream: sink })],
+  })
+  const gateway = await startGateway(
+    configFrom({ listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:9', auth: { mode: 'header' }, audit: { output: 'stdout' } }),
+    { log },
+  )
   await gateway.shutdown()
-  expect(lines.map((l) => JSON.parse(l) as { level: string; message: string })).toContainEqual({ level: 'warn', message: expect.stringMatching(/header.*unverified/) })
+  expect(lines.map((l) => JSON.parse(l) as { level: string; message: string })).toContainEqual({
+    level: 'warn',
+    message: expect.stringMatching(/header.*unverified/),
+  })
 })

@@ -10,7 +10,11 @@ import { type JwksServer, hour, rsaKey, signWith, startJwksServer, startSilentSe
 const CLAIMS = { sub: 'alice', tenant: 'acme' }
 
 async function listTools(h: Harness, token: string): Promise<{ status: number; message?: string }> {
-  const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` }, body: JSON.stringify(rpc('tools/list')) })
+  const res = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` },
+    body: JSON.stringify(rpc('tools/list')),
+  })
   const body = (await res.json()) as { error: { message: string } }
   return res.status === 200 ? { status: 200 } : { status: res.status, message: body.error.message }
 }
@@ -27,7 +31,10 @@ describe('a remote JWKS', () => {
     const k1 = await rsaKey('k1')
     const k2 = await rsaKey('k2')
     jwks = await startJwksServer([k1.jwk])
-    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 0 } } } })
+    h = await startHarness({
+      mode: 'stateless-json',
+      config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 0 } } },
+    })
     expect(jwks.fetches).toBe(1) // fetched once at startup, before the first request
 
     expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
@@ -43,7 +50,10 @@ describe('a remote JWKS', () => {
   test('an unknown kid refetches at most once per cooldown', async () => {
     const k1 = await rsaKey('k1')
     jwks = await startJwksServer([k1.jwk])
-    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'] } } } })
+    h = await startHarness({
+      mode: 'stateless-json',
+      config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'] } } },
+    })
     const stranger = await signWith(await rsaKey('made-up'), { ...CLAIMS, exp: hour() })
     for (let i = 0; i < 5; i++) expect((await listTools(h, stranger)).status).toBe(401)
     expect(jwks.fetches).toBe(1) // the startup fetch is within the 30 s cooldown
@@ -52,7 +62,10 @@ describe('a remote JWKS', () => {
   test('when the provider goes down, known keys keep working and an unknown kid gets a clear 401', async () => {
     const k1 = await rsaKey('k1')
     jwks = await startJwksServer([k1.jwk])
-    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 0 } } } })
+    h = await startHarness({
+      mode: 'stateless-json',
+      config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 0 } } },
+    })
     await jwks.close()
     expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
     const unknown = await signWith(await rsaKey('k9'), { ...CLAIMS, exp: hour() })
@@ -66,16 +79,23 @@ describe('a remote JWKS', () => {
   test('while the provider fails, made-up kids cost it one fetch per cooldown, not one per request', async () => {
     const k1 = await rsaKey('k1')
     jwks = await startJwksServer([k1.jwk])
-    h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 1 } } } })
+    h = await startHarness({
+      mode: 'stateless-json',
+      config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 1 } } },
+    })
     jwks.failing = true
     await new Promise((resolve) => setTimeout(resolve, 1_100)) // past the cooldown of the startup fetch
-    const strangers = await Promise.all(Array.from({ length: 20 }, async (_, i) => signWith(await rsaKey(`made-up-${i}`), { ...CLAIMS, exp: hour() })))
+    const strangers = await Promise.all(
+      Array.from({ length: 20 }, async (_, i) => signWith(await rsaKey(`made-up-${i}`), { ...CLAIMS, exp: hour() })),
+    )
     const answers = await Promise.all(strangers.map((t) => listTools(h, t)))
     expect(answers.every((a) => a.status === 401)).toBe(true)
     expect(jwks.fetches).toBe(2) // the startup fetch, then one failed attempt shared by all twenty
     for (const t of strangers) expect((await listTools(h, t)).message).toBe('Unauthorized: signing keys unavailable')
     expect(jwks.fetches).toBe(2) // a failed attempt starts the cooldown too
-    expect((await h.audit()).at(-1)?.reason).toMatch(/^signing keys unavailable \(WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch failed: Expected 200 OK/)
+    expect((await h.audit()).at(-1)?.reason).toMatch(
+      /^signing keys unavailable \(WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch failed: Expected 200 OK/,
+    )
     expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 }) // known keys still work
 
     await new Promise((resolve) => setTimeout(resolve, 1_100))
@@ -88,7 +108,12 @@ describe('a remote JWKS', () => {
     const silent = await startSilentServer()
     try {
       const started = performance.now()
-      h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3, jwks_cooldown_seconds: 0 } } } })
+      h = await startHarness({
+        mode: 'stateless-json',
+        config: {
+          auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3, jwks_cooldown_seconds: 0 } },
+        },
+      })
       expect(performance.now() - started).toBeLessThan(2_000) // the startup fetch is bounded too
       const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
       for (let i = 0; i < 2; i++) {
@@ -109,7 +134,10 @@ describe('a remote JWKS', () => {
   test('within the cooldown after a failed fetch, a request is answered at once instead of waiting on a hung provider', async () => {
     const silent = await startSilentServer()
     try {
-      h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3 } } } })
+      h = await startHarness({
+        mode: 'stateless-json',
+        config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3 } } },
+      })
       const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
       const t0 = performance.now()
       expect(await listTools(h, token)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
@@ -128,11 +156,17 @@ describe('a JWKS file', () => {
     const k2 = await rsaKey('k2', 'ES256')
     const dir = tempDir()
     writeFileSync(join(dir, 'jwks.json'), JSON.stringify({ keys: [k1.jwk, k2.jwk] }))
-    const h = await startHarness({ mode: 'stateless-json', config: { auth: { mode: 'jwt', jwt: { jwks_file: join(dir, 'jwks.json'), algorithms: ['RS256', 'ES256'] } } } })
+    const h = await startHarness({
+      mode: 'stateless-json',
+      config: { auth: { mode: 'jwt', jwt: { jwks_file: join(dir, 'jwks.json'), algorithms: ['RS256', 'ES256'] } } },
+    })
     try {
       expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 })
       expect(await listTools(h, await signWith(k2, { ...CLAIMS, exp: hour() }, 'ES256'))).toEqual({ status: 200 })
-      expect(await listTools(h, await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() }))).toEqual({ status: 401, message: 'Unauthorized: bad token signature' })
+      expect(await listTools(h, await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() }))).toEqual({
+        status: 401,
+        message: 'Unauthorized: bad token signature',
+      })
     } finally {
       await h.close()
     }

@@ -40,7 +40,10 @@ describe('JWT verification with an HS secret', () => {
   })
 
   test('any one of the configured audiences is accepted', async () => {
-    expect(outcome(await auth.verify(await hs({ ...good, aud: ['x', 'other'], exp: hour() })))).toEqual({ identity: 'alice', tenant: 'acme' })
+    expect(outcome(await auth.verify(await hs({ ...good, aud: ['x', 'other'], exp: hour() })))).toEqual({
+      identity: 'alice',
+      tenant: 'acme',
+    })
   })
 
   test('each failed check is named, and the token itself never appears in the reason', async () => {
@@ -101,7 +104,9 @@ describe('JWT claims configuration', () => {
   test('several HS algorithms can be allowed at once', async () => {
     const auth = await open({ secret: SECRET, algorithms: ['HS256', 'HS512'] })
     expect(outcome(await auth.verify(await hs({ sub: 'a', exp: hour() }, SECRET, 'HS512')))).toEqual({ identity: 'a', tenant: 'default' })
-    expect(outcome(await auth.verify(await hs({ sub: 'a', exp: hour() }, SECRET, 'HS384')))).toEqual(rejected('token algorithm not allowed'))
+    expect(outcome(await auth.verify(await hs({ sub: 'a', exp: hour() }, SECRET, 'HS384')))).toEqual(
+      rejected('token algorithm not allowed'),
+    )
   })
 })
 
@@ -148,17 +153,31 @@ describe('JWT verification with a PEM public key', () => {
     const { publicKey } = await generateKeyPair('RS256', { extractable: true })
     const dir = tempDir()
     writeFileSync(join(dir, 'public.pem'), await exportSPKI(publicKey))
-    await expect(JwtAuthenticator.open(jwtConfig({ public_key_file: 'public.pem', algorithms: ['ES256'] }, dir), silentLogger()))
-      .rejects.toThrow(/auth\.jwt\.public_key_file: .*public\.pem is not a public key usable with ES256/)
-    await expect(JwtAuthenticator.open(jwtConfig({ public_key_file: 'missing.pem', algorithms: ['RS256'] }, dir), silentLogger()))
-      .rejects.toThrow(/auth\.jwt\.public_key_file: .*missing\.pem cannot be read \(ENOENT\)/)
+    await expect(
+      JwtAuthenticator.open(jwtConfig({ public_key_file: 'public.pem', algorithms: ['ES256'] }, dir), silentLogger()),
+    ).rejects.toThrow(/auth\.jwt\.public_key_file: .*public\.pem is not a public key usable with ES256/)
+    await expect(
+      JwtAuthenticator.open(jwtConfig({ public_key_file: 'missing.pem', algorithms: ['RS256'] }, dir), silentLogger()),
+    ).rejects.toThrow(/auth\.jwt\.public_key_file: .*missing\.pem cannot be read \(ENOENT\)/)
   })
 })
 
 function warnings(): { lines: string[]; log: winston.Logger } {
   const lines: string[] = []
-  const sink = new Writable({ write(chunk, _enc, done) { lines.push(String(chunk)); done() } })
-  return { lines, log: winston.createLogger({ level: 'warn', format: winston.format.json(), transports: [new winston.transports.Stream({ stream: sink })] }) }
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(String(chunk))
+      done()
+    },
+  })
+  return {
+    lines,
+    log: winston.createLogger({
+      level: 'warn',
+      format: winston.format.json(),
+      transports: [new winston.transports.Stream({ stream: sink })],
+    }),
+  }
 }
 
 test('asymmetric keys without an audience or an issuer start with a warning that foreign tokens are accepted', async () => {
@@ -169,10 +188,16 @@ test('asymmetric keys without an audience or an issuer start with a warning that
   const both = { public_key_file: 'public.pem', algorithms: ['RS256'], issuer: 'https://idp.example', audience: 'wardline' }
   ;(await JwtAuthenticator.open(jwtConfig(both, dir), log)).close()
   expect(lines).toEqual([])
-  for (const jwt of [{ ...both, audience: undefined }, { ...both, issuer: undefined }]) {
+  for (const jwt of [
+    { ...both, audience: undefined },
+    { ...both, issuer: undefined },
+  ]) {
     ;(await JwtAuthenticator.open(jwtConfig(jwt, dir), log)).close()
     expect(lines).toHaveLength(1)
-    expect(JSON.parse(lines.pop() as string)).toMatchObject({ level: 'warn', message: expect.stringContaining('tokens issued for other applications') })
+    expect(JSON.parse(lines.pop() as string)).toMatchObject({
+      level: 'warn',
+      message: expect.stringContaining('tokens issued for other applications'),
+    })
   }
 })
 

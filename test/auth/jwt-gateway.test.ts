@@ -15,7 +15,9 @@ async function post(h: Harness, body: unknown, headers: Record<string, string> =
   return fetch(`${h.url}${path}`, { method: 'POST', headers: { ...MCP_HEADERS, ...headers }, body: JSON.stringify(body) })
 }
 
-interface RpcError { error: { code: number; message: string } }
+interface RpcError {
+  error: { code: number; message: string }
+}
 
 const bearer = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` })
 
@@ -49,9 +51,11 @@ describe('jwt mode through the gateway', () => {
     const good = await hs({ ...GOOD, exp: hour() })
     const port = Number(new URL(h.url).port)
     const reply = await new Promise<string>((resolve, reject) => {
-      const socket = connect(port, '127.0.0.1', () => socket.write(
-        `POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nauthorization: Bearer ${good}\r\nauthorization: Bearer other\r\ncontent-length: 2\r\n\r\n{}`,
-      ))
+      const socket = connect(port, '127.0.0.1', () =>
+        socket.write(
+          `POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nauthorization: Bearer ${good}\r\nauthorization: Bearer other\r\ncontent-length: 2\r\n\r\n{}`,
+        ),
+      )
       let data = ''
       socket.on('data', (c: Buffer) => {
         data += c.toString('utf8')
@@ -88,16 +92,23 @@ describe('jwt mode through the gateway', () => {
     for (const [token, reason] of cases) {
       const res = await post(h, rpc('tools/list', {}, 3), bearer(token))
       const text = await res.text()
-      expect([res.status, JSON.parse(text)]).toEqual([401, { jsonrpc: '2.0', id: null, error: { code: 401, message: `Unauthorized: ${reason}` } }])
-      expect(res.headers.get('www-authenticate')).toBe(`Bearer realm="wardline", error="invalid_token", error_description="${reason.replace(/"/g, "'")}"`)
+      expect([res.status, JSON.parse(text)]).toEqual([
+        401,
+        { jsonrpc: '2.0', id: null, error: { code: 401, message: `Unauthorized: ${reason}` } },
+      ])
+      expect(res.headers.get('www-authenticate')).toBe(
+        `Bearer realm="wardline", error="invalid_token", error_description="${reason.replace(/"/g, "'")}"`,
+      )
       expect(text).not.toContain(token)
     }
     expect(h.upstream.seen.length).toBe(before)
     const entries = (await h.audit()).slice(-cases.length)
     // The audit reason may add, for operators, what jose said; it starts with what the caller was told.
-    expect(entries.map((e) => [e.decision, e.status, e.reason])).toEqual(cases.map(([, reason]) => ['unauthorized', 401, reason]).map(
-      ([d, s, reason]) => [d, s, reason === 'malformed token' ? 'malformed token (Invalid Compact JWS (ERR_JWS_INVALID))' : reason],
-    ))
+    expect(entries.map((e) => [e.decision, e.status, e.reason])).toEqual(
+      cases
+        .map(([, reason]) => ['unauthorized', 401, reason])
+        .map(([d, s, reason]) => [d, s, reason === 'malformed token' ? 'malformed token (Invalid Compact JWS (ERR_JWS_INVALID))' : reason]),
+    )
   })
 
   test('the token is read from the Authorization header only, never from the query string or another scheme', async () => {
@@ -109,11 +120,16 @@ describe('jwt mode through the gateway', () => {
       expect(query.status).toBe(401)
       expect(query.headers.get('www-authenticate')).toContain('error="invalid_request"')
       const text = await query.text()
-      expect((JSON.parse(text) as RpcError).error.message).toBe('Unauthorized: access token in the URL query: send it in the Authorization header')
+      expect((JSON.parse(text) as RpcError).error.message).toBe(
+        'Unauthorized: access token in the URL query: send it in the Authorization header',
+      )
       expect(text).not.toContain(token)
     }
     expect(h.upstream.seen.length).toBe(before)
-    expect((await h.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', reason: 'access token in the URL query: send it in the Authorization header' })
+    expect((await h.audit()).at(-1)).toMatchObject({
+      decision: 'unauthorized',
+      reason: 'access token in the URL query: send it in the Authorization header',
+    })
     expect((await post(h, rpc('tools/list'), bearer(token), '/mcp?not_access_token=1')).status).toBe(200)
     const basic = await post(h, rpc('tools/list'), { authorization: `Basic ${Buffer.from('alice:pw').toString('base64')}` })
     expect([basic.status, basic.headers.get('www-authenticate')]).toEqual([401, 'Bearer realm="wardline"'])
@@ -127,9 +143,12 @@ describe('jwt mode through the gateway', () => {
     const token = await hs({ ...GOOD, exp: hour() })
     const before = h.upstream.seen.length
     const res = await post(h, toolCall('whoami', {}, 9), {
-      ...bearer(token), 'x-wardline-identity': 'mallory', 'x-wardline-tenant': 'evil-corp',
+      ...bearer(token),
+      'x-wardline-identity': 'mallory',
+      'x-wardline-tenant': 'evil-corp',
       // CGI-style servers read these as the same headers: dropped too.
-      x_wardline_identity: 'mallory', X_Wardline_Tenant: 'evil-corp',
+      x_wardline_identity: 'mallory',
+      X_Wardline_Tenant: 'evil-corp',
     })
     expect(res.status).toBe(200)
     const body = (await res.json()) as { result: { content: Array<{ text: string }> } }
@@ -137,10 +156,20 @@ describe('jwt mode through the gateway', () => {
     const reached = h.upstream.seen.slice(before)
     expect(reached).toHaveLength(1)
     expect(reached[0].headers.authorization).toBeUndefined()
-    expect(Object.keys(reached[0].headers).filter((name) => /wardline|authorization/.test(name)).sort()).toEqual(['x-wardline-identity', 'x-wardline-request-id', 'x-wardline-tenant'])
+    expect(
+      Object.keys(reached[0].headers)
+        .filter((name) => /wardline|authorization/.test(name))
+        .sort(),
+    ).toEqual(['x-wardline-identity', 'x-wardline-request-id', 'x-wardline-tenant'])
     expect(reached[0].headers['x-wardline-identity']).toBe('alice')
     expect(reached[0].headers['x-wardline-tenant']).toBe('acme')
-    expect((await h.audit()).at(-1)).toMatchObject({ method: 'tools/call', tool: 'whoami', decision: 'allow', identity: 'alice', tenant: 'acme' })
+    expect((await h.audit()).at(-1)).toMatchObject({
+      method: 'tools/call',
+      tool: 'whoami',
+      decision: 'allow',
+      identity: 'alice',
+      tenant: 'acme',
+    })
   })
 
   test('a token without a tenant claim is tenant "default" in the upstream headers and the audit line', async () => {
@@ -163,11 +192,17 @@ describe('the official SDK client with a bearer token', () => {
 
   test('requestInit.headers.Authorization carries it through a whole session; the server sees only the verified identity', async () => {
     const token = await hs({ ...GOOD, sub: 'bob', exp: hour() })
-    const transport = new StreamableHTTPClientTransport(new URL(`${h.url}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } })
+    const transport = new StreamableHTTPClientTransport(new URL(`${h.url}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    })
     const client = new Client({ name: 'auth-e2e', version: '1.0.0' })
     await client.connect(transport)
     expect(textOf(await client.callTool({ name: 'echo', arguments: { text: 'through' } }))).toBe('through')
-    expect(JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} })))).toEqual({ identity: 'bob', tenant: 'acme', authorization: null })
+    expect(JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} })))).toEqual({
+      identity: 'bob',
+      tenant: 'acme',
+      authorization: null,
+    })
     await client.close()
     for (const r of h.upstream.seen) expect(r.headers.authorization).toBeUndefined()
     const entries = await h.audit()
@@ -192,7 +227,11 @@ describe('OAuth protected resource metadata (RFC 9728)', () => {
         auth: {
           ...JWT,
           resource_metadata_url: 'https://mcp.example/.well-known/oauth-protected-resource/mcp',
-          resource_metadata: { resource: 'https://mcp.example/mcp', authorization_servers: ['https://idp.example'], scopes_supported: ['mcp'] },
+          resource_metadata: {
+            resource: 'https://mcp.example/mcp',
+            authorization_servers: ['https://idp.example'],
+            scopes_supported: ['mcp'],
+          },
         },
       },
     })
@@ -203,7 +242,9 @@ describe('OAuth protected resource metadata (RFC 9728)', () => {
 
   test('every 401 points at the metadata document, with or without an error code', async () => {
     const missing = await post(h, rpc('tools/list'))
-    expect(missing.headers.get('www-authenticate')).toBe('Bearer realm="wardline", resource_metadata="https://mcp.example/.well-known/oauth-protected-resource/mcp"')
+    expect(missing.headers.get('www-authenticate')).toBe(
+      'Bearer realm="wardline", resource_metadata="https://mcp.example/.well-known/oauth-protected-resource/mcp"',
+    )
     const expired = await post(h, rpc('tools/list'), bearer(await hs({ ...GOOD, exp: 1000 })))
     expect(expired.headers.get('www-authenticate')).toBe(
       'Bearer realm="wardline", resource_metadata="https://mcp.example/.well-known/oauth-protected-resource/mcp", error="invalid_token", error_description="token expired"',
@@ -213,7 +254,9 @@ describe('OAuth protected resource metadata (RFC 9728)', () => {
   test('the challenge stays one valid header whatever the config holds: a quote in the URL, a claim name outside ASCII', async () => {
     const odd = await startHarness({
       mode: 'stateless-json',
-      config: { auth: { ...JWT, jwt: { ...JWT.jwt, identity_claim: 'ユーザー' }, resource_metadata_url: 'https://mcp.example/x", error="evil' } },
+      config: {
+        auth: { ...JWT, jwt: { ...JWT.jwt, identity_claim: 'ユーザー' }, resource_metadata_url: 'https://mcp.example/x", error="evil' },
+      },
     })
     try {
       const res = await post(odd, rpc('tools/list'), bearer(await hs({ ...GOOD, exp: hour() })))
@@ -229,8 +272,9 @@ describe('OAuth protected resource metadata (RFC 9728)', () => {
 
   test('a resource_metadata_url that would still break the quoted string is a config error', () => {
     for (const url of ['https://a"b.example/meta', 'https://as.example/meta?x=\\']) {
-      expect(configProblems(`upstream: http://127.0.0.1:1\nauth:\n  mode: header\n  resource_metadata_url: '${url}'\n`))
-        .toEqual(['auth.resource_metadata_url: must not contain " or \\ or characters outside printable ASCII (percent-encode them)'])
+      expect(configProblems(`upstream: http://127.0.0.1:1\nauth:\n  mode: header\n  resource_metadata_url: '${url}'\n`)).toEqual([
+        'auth.resource_metadata_url: must not contain " or \\ or characters outside printable ASCII (percent-encode them)',
+      ])
     }
   })
 

@@ -20,8 +20,15 @@ const BMP = Array.from({ length: 0x10000 }, (_, i) => String.fromCharCode(i)).fi
 
 describe('checkPrincipal: whitespace at either end', () => {
   test.each([
-    ['U+0020 first', ' admin'], ['U+0020 last', 'admin '], ['U+00A0 first', '\u00a0admin'], ['U+3000 last', 'admin\u3000'],
-    ['U+FEFF first', '\ufeffadmin'], ['U+2028 last', 'admin\u2028'], ['U+2009 first', '\u2009admin'], ['U+202F first', '\u202fadmin'], ['only U+0020', ' '],
+    ['U+0020 first', ' admin'],
+    ['U+0020 last', 'admin '],
+    ['U+00A0 first', '\u00a0admin'],
+    ['U+3000 last', 'admin\u3000'],
+    ['U+FEFF first', '\ufeffadmin'],
+    ['U+2028 last', 'admin\u2028'],
+    ['U+2009 first', '\u2009admin'],
+    ['U+202F first', '\u202fadmin'],
+    ['only U+0020', ' '],
   ])('%s is refused, and the reason says why', (_label, value) => {
     expect(checkPrincipal('identity', value)).toBe('identity has leading or trailing whitespace')
     expect(checkPrincipal('tenant', value)).toBe('tenant has leading or trailing whitespace')
@@ -52,7 +59,32 @@ describe('headerSafe over every accepted value', () => {
   const TRANSPORTABLE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/
 
   // Deterministic pseudo-random values from a pool that leans on the awkward characters.
-  const POOL = ['%', '%25', '%2', '%zz', ' ', '\u00a0', 'a', 'Z', '~', '"', ',', ';', 'é', 'ß', '\u3000', '日本', '😀', '\u200b', '+', '/', '=', '\\', '\u00ff', '\u0100']
+  const POOL = [
+    '%',
+    '%25',
+    '%2',
+    '%zz',
+    ' ',
+    '\u00a0',
+    'a',
+    'Z',
+    '~',
+    '"',
+    ',',
+    ';',
+    'é',
+    'ß',
+    '\u3000',
+    '日本',
+    '😀',
+    '\u200b',
+    '+',
+    '/',
+    '=',
+    '\\',
+    '\u00ff',
+    '\u0100',
+  ]
   function* values(): Generator<string> {
     let seed = 42
     const next = (): number => (seed = (seed * 1103515245 + 12345) & 0x7fffffff)
@@ -90,7 +122,9 @@ describe('headerSafe over every accepted value', () => {
     try {
       for (const value of samples) {
         await new Promise<void>((resolve, reject) => {
-          const req = request({ port, host: '127.0.0.1', headers: { 'x-wardline-identity': headerSafe(value) } }, (res) => res.resume().on('end', resolve))
+          const req = request({ port, host: '127.0.0.1', headers: { 'x-wardline-identity': headerSafe(value) } }, (res) =>
+            res.resume().on('end', resolve),
+          )
           req.on('error', reject)
           req.end()
         })
@@ -115,10 +149,19 @@ describe('jwt mode', () => {
   const reason = (result: AuthResult): unknown => ('failed' in result ? result.reason : result)
 
   test('a token whose identity or tenant has whitespace at an end is refused, naming which claim', async () => {
-    expect(reason(await auth.verify(await hs({ ...GOOD, sub: ' admin', exp: hour() })))).toBe('token identity has leading or trailing whitespace')
-    expect(reason(await auth.verify(await hs({ ...GOOD, sub: 'admin\u00a0', exp: hour() })))).toBe('token identity has leading or trailing whitespace')
-    expect(reason(await auth.verify(await hs({ ...GOOD, tenant: 'acme\u3000', exp: hour() })))).toBe('token tenant has leading or trailing whitespace')
-    expect(reason(await auth.verify(await hs({ ...GOOD, sub: 'John Smith', exp: hour() })))).toEqual({ identity: 'John Smith', tenant: 'acme' })
+    expect(reason(await auth.verify(await hs({ ...GOOD, sub: ' admin', exp: hour() })))).toBe(
+      'token identity has leading or trailing whitespace',
+    )
+    expect(reason(await auth.verify(await hs({ ...GOOD, sub: 'admin\u00a0', exp: hour() })))).toBe(
+      'token identity has leading or trailing whitespace',
+    )
+    expect(reason(await auth.verify(await hs({ ...GOOD, tenant: 'acme\u3000', exp: hour() })))).toBe(
+      'token tenant has leading or trailing whitespace',
+    )
+    expect(reason(await auth.verify(await hs({ ...GOOD, sub: 'John Smith', exp: hour() })))).toEqual({
+      identity: 'John Smith',
+      tenant: 'acme',
+    })
   })
 
   describe('through the gateway', () => {
@@ -137,10 +180,19 @@ describe('jwt mode', () => {
         body: JSON.stringify(toolCall('whoami')),
       })
       expect(res.status).toBe(401)
-      expect(res.headers.get('www-authenticate')).toContain('error="invalid_token", error_description="token identity has leading or trailing whitespace"')
-      expect(await res.json()).toMatchObject({ error: { code: 401, message: 'Unauthorized: token identity has leading or trailing whitespace' } })
+      expect(res.headers.get('www-authenticate')).toContain(
+        'error="invalid_token", error_description="token identity has leading or trailing whitespace"',
+      )
+      expect(await res.json()).toMatchObject({
+        error: { code: 401, message: 'Unauthorized: token identity has leading or trailing whitespace' },
+      })
       expect(h.upstream.seen.length).toBe(before)
-      expect((await h.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', status: 401, identity: '', reason: 'token identity has leading or trailing whitespace' })
+      expect((await h.audit()).at(-1)).toMatchObject({
+        decision: 'unauthorized',
+        status: 401,
+        identity: '',
+        reason: 'token identity has leading or trailing whitespace',
+      })
     })
   })
 })
@@ -158,7 +210,9 @@ describe('header mode', () => {
     const body = JSON.stringify(toolCall('whoami'))
     return new Promise((resolve, reject) => {
       const socket = connect(port, '127.0.0.1', () => {
-        socket.write(`POST /mcp HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-wardline-identity: `)
+        socket.write(
+          `POST /mcp HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-wardline-identity: `,
+        )
         socket.write(identityBytes)
         socket.write(`\r\nx-wardline-tenant: acme\r\n\r\n${body}`)
       })

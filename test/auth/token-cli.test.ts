@@ -25,10 +25,24 @@ describe('minting a token', () => {
   test('the token carries the configured issuer, audience and claim names, and the gateway accepts it', async () => {
     const config = configFrom({
       upstream: 'http://127.0.0.1:1',
-      auth: { mode: 'jwt', jwt: { secret: SECRET, algorithms: ['HS384'], issuer: 'wardline-cli', audience: ['mcp', 'other'], identity_claim: 'email', tenant_claim: 'org' } },
+      auth: {
+        mode: 'jwt',
+        jwt: {
+          secret: SECRET,
+          algorithms: ['HS384'],
+          issuer: 'wardline-cli',
+          audience: ['mcp', 'other'],
+          identity_claim: 'email',
+          tenant_claim: 'org',
+        },
+      },
     })
     const now = Date.now()
-    const token = await mintToken(config, { sub: 'alice@acme.example', tenant: 'acme', ttlSeconds: 600, claims: { role: 'admin' } }, () => now)
+    const token = await mintToken(
+      config,
+      { sub: 'alice@acme.example', tenant: 'acme', ttlSeconds: 600, claims: { role: 'admin' } },
+      () => now,
+    )
     const claims = decodeJwt(token)
     expect(claims).toMatchObject({ email: 'alice@acme.example', org: 'acme', role: 'admin', iss: 'wardline-cli', aud: 'mcp' })
     expect((claims.exp as number) - (claims.iat as number)).toBe(600)
@@ -45,12 +59,17 @@ describe('minting a token', () => {
   })
 
   test('asymmetric configs and header mode are refused with a message saying why', async () => {
-    const jwks = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt: { jwks_url: 'https://idp.example/jwks.json', algorithms: ['RS256'] } } })
+    const jwks = configFrom({
+      upstream: 'http://127.0.0.1:1',
+      auth: { mode: 'jwt', jwt: { jwks_url: 'https://idp.example/jwks.json', algorithms: ['RS256'] } },
+    })
     await expect(mintToken(jwks, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow(
       'this gateway verifies tokens with auth.jwt.jwks_url (asymmetric keys): only your identity provider holds the signing key, so get a token from it; wardline token works only with auth.jwt.secret',
     )
     const header = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'header' } })
-    await expect(mintToken(header, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow('auth.mode is header: this gateway reads X-Wardline-Identity and accepts no tokens')
+    await expect(mintToken(header, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow(
+      'auth.mode is header: this gateway reads X-Wardline-Identity and accepts no tokens',
+    )
   })
 
   test('an identity or tenant the gateway would refuse, or a missing tenant it requires, is an error, not a useless token', async () => {
@@ -59,8 +78,13 @@ describe('minting a token', () => {
     await expect(mintToken(config, { sub: 'a\u0001b', ttlSeconds: 60 })).rejects.toThrow('--sub: identity contains control characters')
     await expect(mintToken(config, { sub: 'alice', tenant: '', ttlSeconds: 60 })).rejects.toThrow('--tenant: tenant is empty')
     const strict = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt: { secret: SECRET, require_tenant: true } } })
-    await expect(mintToken(strict, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow('--tenant is required: this gateway has auth.jwt.require_tenant: true')
-    expect(await accepted(strict, await mintToken(strict, { sub: 'alice', tenant: 'acme', ttlSeconds: 60 }))).toEqual({ identity: 'alice', tenant: 'acme' })
+    await expect(mintToken(strict, { sub: 'alice', ttlSeconds: 60 })).rejects.toThrow(
+      '--tenant is required: this gateway has auth.jwt.require_tenant: true',
+    )
+    expect(await accepted(strict, await mintToken(strict, { sub: 'alice', tenant: 'acme', ttlSeconds: 60 }))).toEqual({
+      identity: 'alice',
+      tenant: 'acme',
+    })
   })
 
   test('--ttl takes s, m, h, d or bare seconds, between 1 s and 365 d', () => {
@@ -69,7 +93,10 @@ describe('minting a token', () => {
   })
 
   test('--claim k=v reads JSON values and keeps anything else as a string', () => {
-    const claims = ['role=admin', 'level=3', 'beta=true', 'groups=["a","b"]', 'note=a=b'].reduce<Record<string, unknown>>((acc, c) => parseClaim(c, acc), {})
+    const claims = ['role=admin', 'level=3', 'beta=true', 'groups=["a","b"]', 'note=a=b'].reduce<Record<string, unknown>>(
+      (acc, c) => parseClaim(c, acc),
+      {},
+    )
     expect(claims).toEqual({ role: 'admin', level: 3, beta: true, groups: ['a', 'b'], note: 'a=b' })
     expect(() => parseClaim('=x')).toThrow('--claim =x: must be key=value')
   })
@@ -108,7 +135,9 @@ describe('the default wardline.yaml', () => {
   })
 
   test('a WARDLINE_JWT_SECRET shorter than 32 bytes is a config error that does not show the secret', () => {
-    expect(() => loadConfig(file, { WARDLINE_JWT_SECRET: 'short-secret' })).toThrow(/auth\.jwt\.secret: must be at least 32 bytes \(its value is not shown\)/)
+    expect(() => loadConfig(file, { WARDLINE_JWT_SECRET: 'short-secret' })).toThrow(
+      /auth\.jwt\.secret: must be at least 32 bytes \(its value is not shown\)/,
+    )
     try {
       loadConfig(file, { WARDLINE_JWT_SECRET: 'short-secret' })
     } catch (err) {

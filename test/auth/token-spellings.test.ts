@@ -40,7 +40,10 @@ function reason(result: AuthResult): unknown {
 describe('non-canonical spellings of a valid token', () => {
   let auth: JwtAuthenticator
   beforeAll(async () => {
-    const config = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt: { secret: SECRET, issuer: GOOD.iss, audience: GOOD.aud } } })
+    const config = configFrom({
+      upstream: 'http://127.0.0.1:1',
+      auth: { mode: 'jwt', jwt: { secret: SECRET, issuer: GOOD.iss, audience: GOOD.aud } },
+    })
     auth = await JwtAuthenticator.open((config.auth as { jwt: JwtConfig }).jwt, silentLogger())
   })
   afterAll(() => auth.close())

@@ -24,7 +24,11 @@ export function capturingLogger(): { log: Logger; lines: Array<{ level: string; 
       done()
     },
   })
-  const log = winston.createLogger({ level: 'debug', format: winston.format.json(), transports: [new winston.transports.Stream({ stream })] })
+  const log = winston.createLogger({
+    level: 'debug',
+    format: winston.format.json(),
+    transports: [new winston.transports.Stream({ stream })],
+  })
   return { log, lines }
 }
 
@@ -51,12 +55,14 @@ export interface Reply {
  * with header auth and budget enforcement on, counting in a real MemoryBudgetStore on a manual clock
  * (or in the store given).
  */
-export async function startBudgetHarness(options: {
-  budget?: Record<string, unknown>
-  features?: Record<string, unknown>
-  store?: BudgetStore
-  mode?: ExampleMode
-} = {}): Promise<BudgetHarness> {
+export async function startBudgetHarness(
+  options: {
+    budget?: Record<string, unknown>
+    features?: Record<string, unknown>
+    store?: BudgetStore
+    mode?: ExampleMode
+  } = {},
+): Promise<BudgetHarness> {
   const upstream = await startExampleServer({ mode: options.mode ?? 'stateless-json' })
   const dir = tempDir('wardline-budget-')
   const auditFile = join(dir, 'audit.jsonl')
@@ -83,7 +89,11 @@ export async function startBudgetHarness(options: {
       return readJsonl(auditFile)
     },
     post: async (body, identity = 'alice', tenant = 'acme') => {
-      const res = await fetch(`${gateway.url}/mcp`, { method: 'POST', headers: { ...as(identity, tenant), ...MCP_HEADERS }, body: JSON.stringify(body) })
+      const res = await fetch(`${gateway.url}/mcp`, {
+        method: 'POST',
+        headers: { ...as(identity, tenant), ...MCP_HEADERS },
+        body: JSON.stringify(body),
+      })
       const text = await res.text()
       return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : null }
     },

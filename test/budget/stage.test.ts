@@ -65,7 +65,11 @@ describe('a throttled call', () => {
     expect(res.status).toBe(429)
     expect(res.json.error.data).toEqual({ retry_after_seconds: 30, bucket: 'tool' })
     expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=3;w=60')
-    expect((await h.audit()).at(-1)).toMatchObject({ identity: 'carol', tool: 'expensive_tool', reason: 'rate limit exceeded: tool bucket, 2 requests per 30s window' })
+    expect((await h.audit()).at(-1)).toMatchObject({
+      identity: 'carol',
+      tool: 'expensive_tool',
+      reason: 'rate limit exceeded: tool bucket, 2 requests per 30s window',
+    })
   })
 
   test('Retry-After is whole seconds rounded up, and at least 1', async () => {
@@ -171,7 +175,11 @@ describe('batches', () => {
     await h.post([echo(1), echo(2), echo(3)])
     const res = await h.post([echo(4), rpc('tools/list', {}, 5), echo(6)])
     expect(res.status).toBe(429)
-    expect(res.json).toEqual({ jsonrpc: '2.0', id: null, error: { code: 429, message: 'Rate limit exceeded', data: { retry_after_seconds: 60, bucket: 'identity' } } })
+    expect(res.json).toEqual({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: 429, message: 'Rate limit exceeded', data: { retry_after_seconds: 60, bucket: 'identity' } },
+    })
     expect((await h.post(echo(7))).status).toBe(200) // the last slot is still there
     const entries = (await h.audit()).slice(3) // after the first batch's three entries
     expect(entries.map((e) => [e.method, e.decision])).toEqual([
@@ -189,7 +197,11 @@ describe('batches', () => {
     expect(res.headers.get('retry-after')).toBe('30')
     expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=4;w=60')
     const entries = (await h.audit()).slice(-1) // one entry for the refused batch
-    expect(entries.map((e) => e.reason)).toEqual(Array(1).fill('rate limit exceeded: batch needs 3 requests from the tool bucket, which allows 2 per 30s window: it can never be admitted whole'))
+    expect(entries.map((e) => e.reason)).toEqual(
+      Array(1).fill(
+        'rate limit exceeded: batch needs 3 requests from the tool bucket, which allows 2 per 30s window: it can never be admitted whole',
+      ),
+    )
     expect((await h.post(expensive(4))).status).toBe(200)
     expect((await h.post(expensive(5))).status).toBe(200) // both slots were still there
   })
@@ -221,7 +233,9 @@ test('on a 429 the "tool" item is the bucket that refused, even when another too
 
 describe('exactness under load', () => {
   test('50 concurrent callers against a limit of 10 get exactly 10 answers from the MCP server', async () => {
-    h = await startBudgetHarness({ budget: { requests_per_window: 100, tools: { expensive_tool: { requests_per_window: 10, window_seconds: 60 } } } })
+    h = await startBudgetHarness({
+      budget: { requests_per_window: 100, tools: { expensive_tool: { requests_per_window: 10, window_seconds: 60 } } },
+    })
     const statuses = await Promise.all(Array.from({ length: 50 }, (_, i) => h.post(expensive(i), `user-${i}`).then((r) => r.status)))
     expect(statuses.filter((s) => s === 200)).toHaveLength(10)
     expect(statuses.filter((s) => s === 429)).toHaveLength(40)

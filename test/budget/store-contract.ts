@@ -16,7 +16,11 @@ export interface StoreFixture {
 /** Reset times are compared within this many seconds, so a store on a real clock passes too. */
 const CLOCK_SLACK_SECONDS = 2
 
-export function bucket(key: string, limit: number, options: { kind?: BucketKind; windowSeconds?: number; cost?: number; name?: string } = {}): BucketCharge {
+export function bucket(
+  key: string,
+  limit: number,
+  options: { kind?: BucketKind; windowSeconds?: number; cost?: number; name?: string } = {},
+): BucketCharge {
   const kind = options.kind ?? (key.startsWith('["tool"') ? 'tool' : key.startsWith('["tenant"') ? 'tenant' : 'identity')
   return { key, kind, name: options.name ?? key, limit, windowSeconds: options.windowSeconds ?? 60, cost: options.cost ?? 1 }
 }
@@ -97,7 +101,11 @@ export function budgetStoreContract(label: string, open: () => Promise<StoreFixt
     })
 
     test('every charge gets a state in the given order, refused or not, with the counts unchanged by a refusal', async () => {
-      const charges = [bucket(toolKey('search'), 10, { name: 'search' }), bucket(tenantKey('acme'), 10, { name: 'acme' }), bucket(identityKey('acme', 'alice'), 1, { name: 'alice' })]
+      const charges = [
+        bucket(toolKey('search'), 10, { name: 'search' }),
+        bucket(tenantKey('acme'), 10, { name: 'acme' }),
+        bucket(identityKey('acme', 'alice'), 1, { name: 'alice' }),
+      ]
       await store.admit(charges)
       const refused = await store.admit(charges)
       expect(refused.refusedBy).toBe(2)

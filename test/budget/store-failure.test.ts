@@ -63,7 +63,10 @@ describe('a failing store with on_store_error: open (the default)', () => {
     expect(res.status).toBe(200)
     expect(performance.now() - started).toBeLessThan(2000)
     const [entry] = await h.audit()
-    expect(entry).toMatchObject({ decision: 'allow', reason: 'budget check failed open: budget check took longer than 0.05s (budget.check_timeout_seconds)' })
+    expect(entry).toMatchObject({
+      decision: 'allow',
+      reason: 'budget check failed open: budget check took longer than 0.05s (budget.check_timeout_seconds)',
+    })
   })
 })
 
@@ -120,7 +123,18 @@ class SlowStore implements BudgetStore {
   constructor(private readonly ms: number) {}
   async admit(charges: Parameters<BudgetStore['admit']>[0]): Promise<AdmitResult> {
     await new Promise((resolve) => setTimeout(resolve, this.ms))
-    return { admitted: true, refusedBy: -1, buckets: charges.map((c) => ({ kind: c.kind, name: c.name, limit: c.limit, windowSeconds: c.windowSeconds, remaining: c.limit - c.cost, resetSeconds: c.windowSeconds })) }
+    return {
+      admitted: true,
+      refusedBy: -1,
+      buckets: charges.map((c) => ({
+        kind: c.kind,
+        name: c.name,
+        limit: c.limit,
+        windowSeconds: c.windowSeconds,
+        remaining: c.limit - c.cost,
+        resetSeconds: c.windowSeconds,
+      })),
+    }
   }
   async close(): Promise<void> {}
 }
@@ -130,8 +144,10 @@ test('a client that leaves while its budget check runs is audited 499, not as an
   const before = h.upstream.seen.length
   const gone = new AbortController()
   const call = fetch(`${h.url}/mcp`, {
-    method: 'POST', headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-    body: JSON.stringify(echo()), signal: gone.signal,
+    method: 'POST',
+    headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body: JSON.stringify(echo()),
+    signal: gone.signal,
   }).catch(() => 'aborted')
   await new Promise((resolve) => setTimeout(resolve, 100))
   gone.abort()

@@ -74,7 +74,9 @@ describe('concurrencyStage', () => {
     expect(refusal.message).not.toMatch(/max_concurrent|alice/)
     expect(second.concurrencyKey).toBeNull() // refused: no slot to release
     expect(limiter.size).toBe(1)
-    expect((await metrics.registry.getSingleMetricAsString('wardline_concurrency_refused_total')).trim().split('\n').at(-1)).toBe('wardline_concurrency_refused_total 1')
+    expect((await metrics.registry.getSingleMetricAsString('wardline_concurrency_refused_total')).trim().split('\n').at(-1)).toBe(
+      'wardline_concurrency_refused_total 1',
+    )
   })
 
   test('a request without a principal (a CORS preflight) takes no slot', () => {

@@ -12,7 +12,13 @@ describe('configuration loading', () => {
     const config = parseConfig('upstream: http://127.0.0.1:3001/\nauth: { mode: header }\n', { env: {}, baseDir: '/srv' })
     expect(config.listen).toEqual({ host: '127.0.0.1', port: 8080 })
     expect(config.upstream).toEqual({ url: 'http://127.0.0.1:3001', timeoutSeconds: 30, connections: 128 })
-    expect(config.limits).toEqual({ maxBodyBytes: 4194304, maxJsonDepth: 64, maxBatchMessages: 100, maxConcurrentPerIdentity: 64, requestTimeoutSeconds: 300 })
+    expect(config.limits).toEqual({
+      maxBodyBytes: 4194304,
+      maxJsonDepth: 64,
+      maxBatchMessages: 100,
+      maxConcurrentPerIdentity: 64,
+      requestTimeoutSeconds: 300,
+    })
     expect(config.http).toEqual({ allowedOrigins: [], allowedHosts: [], trustedProxies: [] })
     expect(config.features).toEqual({ budgetEnforcement: false, postgresStorage: false })
     expect(config.audit.output).toBe('stdout')
@@ -49,13 +55,20 @@ describe('configuration loading', () => {
 
   test('origins, hosts and proxies are checked one by one and kept lower-cased', () => {
     const base = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
-    const config = parseConfig(`${base}allowed_origins: [HTTP://LocalHost:6274, "null"]\nallowed_hosts: [Example.com, "127.0.0.1:8080", "[::1]:8080"]\ntrusted_proxies: [10.0.0.0/8, "::1"]\n`, { env: {}, baseDir: '/srv' })
+    const config = parseConfig(
+      `${base}allowed_origins: [HTTP://LocalHost:6274, "null"]\nallowed_hosts: [Example.com, "127.0.0.1:8080", "[::1]:8080"]\ntrusted_proxies: [10.0.0.0/8, "::1"]\n`,
+      { env: {}, baseDir: '/srv' },
+    )
     expect(config.http).toEqual({
       allowedOrigins: ['http://localhost:6274', 'null'],
       allowedHosts: ['example.com', '127.0.0.1:8080', '[::1]:8080'],
       trustedProxies: ['10.0.0.0/8', '::1'],
     })
-    expect(problems(`${base}allowed_origins: [https://a.example/, "https://b.example:443", "*", "x"]\nallowed_hosts: ["a b", "h:70000"]\ntrusted_proxies: [10.0.0.0/33, nope]\nmax_json_depth: 3\nmax_batch_messages: 0\nmax_concurrent_per_identity: 1.5\n`)).toEqual([
+    expect(
+      problems(
+        `${base}allowed_origins: [https://a.example/, "https://b.example:443", "*", "x"]\nallowed_hosts: ["a b", "h:70000"]\ntrusted_proxies: [10.0.0.0/33, nope]\nmax_json_depth: 3\nmax_batch_messages: 0\nmax_concurrent_per_identity: 1.5\n`,
+      ),
+    ).toEqual([
       'max_json_depth: must be between 4 and 1000',
       'max_batch_messages: must be between 1 and 10000',
       'max_concurrent_per_identity: must be a whole number',
@@ -77,11 +90,15 @@ describe('configuration loading', () => {
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 9000 })
     expect(config.audit.output).toBe('/srv/logs/a.jsonl')
     expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set'])
-    expect(problems(text, { UP: 'http://mcp:3001', AUDIT_PATH: '' })).toEqual(['audit.output: environment variable AUDIT_PATH is set but empty'])
+    expect(problems(text, { UP: 'http://mcp:3001', AUDIT_PATH: '' })).toEqual([
+      'audit.output: environment variable AUDIT_PATH is set but empty',
+    ])
   })
 
   test('a __proto__ key is an ordinary key: unknown at the top level, a name like any other in a map', () => {
-    expect(problems('upstream: http://127.0.0.1:3001\nauth: { mode: header }\n__proto__: { bogus: 1 }\n')).toEqual([expect.stringMatching(/^__proto__: unknown key \(allowed: listen, /)])
+    expect(problems('upstream: http://127.0.0.1:3001\nauth: { mode: header }\n__proto__: { bogus: 1 }\n')).toEqual([
+      expect.stringMatching(/^__proto__: unknown key \(allowed: listen, /),
+    ])
     const config = parseConfig(
       'upstream: http://127.0.0.1:3001\nauth: { mode: header }\nfeatures: { budget_enforcement: true }\nbudget: { requests_per_window: 5, tenants: { __proto__: { requests_per_window: 1 } } }\n',
       { env: {}, baseDir: '/srv' },

@@ -15,7 +15,9 @@ async function answeringUpstream(): Promise<RawUpstream> {
   return startRawUpstream((_req, res, seen) => {
     const body = JSON.parse(seen.body || 'null') as unknown
     const answer = (m: { id?: unknown }): unknown => ({ jsonrpc: '2.0', id: m.id ?? null, result: {} })
-    const reply = Array.isArray(body) ? body.filter((m: { id?: unknown }) => m.id !== undefined).map(answer) : answer(body as { id?: unknown })
+    const reply = Array.isArray(body)
+      ? body.filter((m: { id?: unknown }) => m.id !== undefined).map(answer)
+      : answer(body as { id?: unknown })
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify(reply))
   })
@@ -57,27 +59,49 @@ describe('audit entries per request', () => {
     const entries = (await h.audit()).slice(before)
     expect(entries).toHaveLength(1)
     expect(entries[0]).toMatchObject({
-      request_id: res.headers.get('x-wardline-request-id'), identity: 'guest', method: 'prompts/list', tool: '',
-      decision: 'deny', status: 403, reason: 'batch refused: element 0 denied by rule 0',
+      request_id: res.headers.get('x-wardline-request-id'),
+      identity: 'guest',
+      method: 'prompts/list',
+      tool: '',
+      decision: 'deny',
+      status: 403,
+      reason: 'batch refused: element 0 denied by rule 0',
     })
     expect(upstream.seen).toHaveLength(0)
   })
 
   test('a refused mixed batch names its distinct methods in order and the first refused target', async () => {
     const before = (await h.audit()).length
-    const batch = [rpc('tools/list', {}, 1), toolCall('echo', { text: 'a' }, 2), rpc('prompts/get', { name: 'greeting' }, 3), rpc('tools/list', {}, 4), rpc('prompts/list', {}, 5)]
+    const batch = [
+      rpc('tools/list', {}, 1),
+      toolCall('echo', { text: 'a' }, 2),
+      rpc('prompts/get', { name: 'greeting' }, 3),
+      rpc('tools/list', {}, 4),
+      rpc('prompts/list', {}, 5),
+    ]
     const res = await post(h, batch, 'guest')
     expect(res.status).toBe(403)
     await res.arrayBuffer()
     const entries = (await h.audit()).slice(before)
     expect(entries.map((e) => [e.request_id, e.method, e.tool, e.decision, e.reason])).toEqual([
-      [res.headers.get('x-wardline-request-id'), 'tools/list,tools/call,prompts/get,prompts/list', 'greeting', 'deny', 'batch refused: element 2 denied by rule 0'],
+      [
+        res.headers.get('x-wardline-request-id'),
+        'tools/list,tools/call,prompts/get,prompts/list',
+        'greeting',
+        'deny',
+        'batch refused: element 2 denied by rule 0',
+      ],
     ])
   })
 
   test('a forwarded batch still writes one entry per gated element plus one for the rest', async () => {
     const before = (await h.audit()).length
-    const batch = [toolCall('echo', { text: 'a' }, 1), rpc('tools/list', {}, 2), toolCall('add', { a: 1, b: 2 }, 3), { jsonrpc: '2.0', method: 'notifications/initialized' }]
+    const batch = [
+      toolCall('echo', { text: 'a' }, 1),
+      rpc('tools/list', {}, 2),
+      toolCall('add', { a: 1, b: 2 }, 3),
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+    ]
     const res = await post(h, batch)
     expect(res.status).toBe(200)
     await res.arrayBuffer()
@@ -133,7 +157,10 @@ describe('audit backpressure', () => {
   }
 
   function entries(): AuditEntry[] {
-    return text.split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l) as AuditEntry)
+    return text
+      .split('\n')
+      .filter((l) => l.length > 0)
+      .map((l) => JSON.parse(l) as AuditEntry)
   }
 
   async function until(what: string, condition: () => Promise<boolean> | boolean): Promise<void> {
@@ -162,7 +189,11 @@ describe('audit backpressure', () => {
     const batch = await post(h, [toolCall('echo', { text: 'b' }, 'b1'), toolCall('echo', { text: 'b' }, 'b2')])
     expect(batch.status).toBe(503)
     expect(batch.headers.get('retry-after')).toBe('1')
-    expect(await batch.json()).toEqual({ jsonrpc: '2.0', id: null, error: { code: 503, message: 'Service unavailable', data: { retry_after_seconds: 1 } } })
+    expect(await batch.json()).toEqual({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: 503, message: 'Service unavailable', data: { retry_after_seconds: 1 } },
+    })
     const batchId = batch.headers.get('x-wardline-request-id')
 
     // The queue is now full: the next call gets 503 too, and its entry (it ran nothing) is dropped and counted.
@@ -189,7 +220,13 @@ describe('audit backpressure', () => {
     expect(trail).toHaveLength(101)
     const byId = new Map(trail.map((e) => [e.request_id, e]))
     for (const id of forwarded) expect(byId.get(id)).toMatchObject({ method: 'tools/call', tool: 'echo', decision: 'allow', status: 200 })
-    expect(byId.get(batchId as string)).toMatchObject({ method: 'tools/call', tool: 'echo', decision: 'error', status: 503, reason: expect.stringMatching(/^WL_AUDIT_BACKPRESSURE: /) })
+    expect(byId.get(batchId as string)).toMatchObject({
+      method: 'tools/call',
+      tool: 'echo',
+      decision: 'error',
+      status: 503,
+      reason: expect.stringMatching(/^WL_AUDIT_BACKPRESSURE: /),
+    })
     expect(byId.has(singleId as string)).toBe(false)
     expect(await metric(h, 'wardline_audit_dropped_total')).toBe(1)
 

@@ -41,7 +41,9 @@ function writeConfig(dir: string, text: string): string {
 
 describe('wardline --version, --help and check-config', () => {
   test('--version prints the package version', () => {
-    const { version } = JSON.parse(execFileSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: ROOT, encoding: 'utf8' })) as { version: string }
+    const { version } = JSON.parse(
+      execFileSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: ROOT, encoding: 'utf8' }),
+    ) as { version: string }
     expect(cli(['--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' })
   })
 
@@ -54,19 +56,25 @@ describe('wardline --version, --help and check-config', () => {
   })
 
   test('check-config on a valid file prints ok and exits 0', () => {
-    const file = writeConfig(tempDir(), 'listen: 127.0.0.1:0\nupstream: http://127.0.0.1:3001\nauth: { mode: header }\naudit: { output: audit.jsonl }\n')
+    const file = writeConfig(
+      tempDir(),
+      'listen: 127.0.0.1:0\nupstream: http://127.0.0.1:3001\nauth: { mode: header }\naudit: { output: audit.jsonl }\n',
+    )
     expect(cli(['check-config', '--config', file])).toEqual({ code: 0, stdout: `${file}: ok\n`, stderr: '' })
   })
 
   test('check-config prints every problem with its key path and exits 1', () => {
-    const file = writeConfig(tempDir(), [
-      'listen: nowhere',
-      'upstream: ftp://example.com',
-      'max_body_bytes: -5',
-      'features: { teleport: true }',
-      'upstream_timeout_seconds: "${WARDLINE_TEST_UNSET_VAR}"',
-      'auth: { mode: header }',
-    ].join('\n'))
+    const file = writeConfig(
+      tempDir(),
+      [
+        'listen: nowhere',
+        'upstream: ftp://example.com',
+        'max_body_bytes: -5',
+        'features: { teleport: true }',
+        'upstream_timeout_seconds: "${WARDLINE_TEST_UNSET_VAR}"',
+        'auth: { mode: header }',
+      ].join('\n'),
+    )
     const r = cli(['check-config', '--config', file])
     expect(r.code).toBe(1)
     expect(r.stdout).toBe('')
@@ -145,12 +153,15 @@ describe('wardline serve', () => {
       res.writeHead(200, { 'content-type': 'application/json' })
       res.end(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { content: [] } }))
     })
-    const served = await serve(writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`))
-    const post = () => fetch(`http://127.0.0.1:${served.port}/mcp`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' },
-      body: JSON.stringify(toolCall('echo', {}, 1)),
-    }).then((r) => r.status)
+    const served = await serve(
+      writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`),
+    )
+    const post = () =>
+      fetch(`http://127.0.0.1:${served.port}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' },
+        body: JSON.stringify(toolCall('echo', {}, 1)),
+      }).then((r) => r.status)
     expect(await post()).toBe(200)
     await until(() => served.stdout().includes('"decision":"allow"'), 'the first audit line')
     served.child.stdout.destroy() // the pipe's reader is gone: the next writes get EPIPE
@@ -171,11 +182,20 @@ describe('wardline serve', () => {
     })
     const dir = tempDir()
     const auditFile = join(dir, 'audit.jsonl')
-    const served = await serve(writeConfig(dir, `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: ${auditFile} }\nshutdown_delay_seconds: 0.5\n`))
+    const served = await serve(
+      writeConfig(
+        dir,
+        `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: ${auditFile} }\nshutdown_delay_seconds: 0.5\n`,
+      ),
+    )
     const base = `http://127.0.0.1:${served.port}`
     expect((await fetch(`${base}/readyz`)).status).toBe(200)
 
-    const call = fetch(`${base}/mcp`, { method: 'POST', headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json' }, body: JSON.stringify(toolCall('echo', {}, 1)) })
+    const call = fetch(`${base}/mcp`, {
+      method: 'POST',
+      headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json' },
+      body: JSON.stringify(toolCall('echo', {}, 1)),
+    })
     await until(() => upstream!.seen.length === 1, 'the call to reach the upstream')
 
     served.child.kill('SIGTERM')
@@ -199,11 +219,16 @@ describe('wardline serve', () => {
       res.writeHead(200, { 'content-type': 'application/json' })
       res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
     })
-    const served = await serve(writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`))
+    const served = await serve(
+      writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`),
+    )
     served.child.stdout.pause() // a log shipper that stopped reading: once the pipe is full, writes never complete
-    const post = () => fetch(`http://127.0.0.1:${served.port}/mcp`, {
-      method: 'POST', headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' }, body: JSON.stringify(toolCall('echo', { text: 'x'.repeat(200) }, 1)),
-    }).then((r) => r.status)
+    const post = () =>
+      fetch(`http://127.0.0.1:${served.port}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' },
+        body: JSON.stringify(toolCall('echo', { text: 'x'.repeat(200) }, 1)),
+      }).then((r) => r.status)
     for (let i = 0; i < 20; i++) expect((await Promise.all(Array.from({ length: 50 }, post))).every((s) => s === 200)).toBe(true)
     served.child.kill('SIGTERM')
     await until(() => served.stderr().includes('shutting down'), 'the shutdown log line')
@@ -222,14 +247,27 @@ describe('wardline serve', () => {
       res.writeHead(200, { 'content-type': 'application/json' })
       res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
     })
-    const served = await serve(writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`))
+    const served = await serve(
+      writeConfig(tempDir(), `listen: 127.0.0.1:0\nupstream: ${upstream.url}\nauth: { mode: header }\naudit: { output: stdout }\n`),
+    )
     const base = `http://127.0.0.1:${served.port}`
-    expect((await fetch(`${base}/mcp`, { method: 'POST', headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json' }, body: JSON.stringify(toolCall('echo')) })).status).toBe(200)
+    expect(
+      (
+        await fetch(`${base}/mcp`, {
+          method: 'POST',
+          headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json' },
+          body: JSON.stringify(toolCall('echo')),
+        })
+      ).status,
+    ).toBe(200)
     expect((await fetch(`${base}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status).toBe(401)
     served.child.kill('SIGINT')
     expect(await served.exited).toBe(0)
     const lines = served.stdout().trimEnd().split('\n')
-    expect(lines.map((l) => JSON.parse(l)).map((e: { decision: string; status: number }) => [e.decision, e.status])).toEqual([['allow', 200], ['unauthorized', 401]])
+    expect(lines.map((l) => JSON.parse(l)).map((e: { decision: string; status: number }) => [e.decision, e.status])).toEqual([
+      ['allow', 200],
+      ['unauthorized', 401],
+    ])
     for (const line of served.stderr().trimEnd().split('\n')) expect(() => JSON.parse(line)).not.toThrow()
   })
 })

@@ -67,14 +67,24 @@ function listTools(identity: string): Promise<Response> {
 }
 
 function ping(identity: string, tenant = 'acme', signal?: AbortSignal): Promise<Response> {
-  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity, tenant) }, body: JSON.stringify(rpc('ping')), signal })
+  return fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...as(identity, tenant) },
+    body: JSON.stringify(rpc('ping')),
+    signal,
+  })
 }
 
 /** Starts `n` pings of alice@acme that the upstream holds, and waits until the upstream has them all. */
 async function hang(n: number): Promise<{ controller: AbortController; done: Array<Promise<unknown>> }> {
   const controller = new AbortController()
   const before = held.length
-  const done = Array.from({ length: n }, () => ping('alice', 'acme', controller.signal).then((r) => r.arrayBuffer(), () => undefined))
+  const done = Array.from({ length: n }, () =>
+    ping('alice', 'acme', controller.signal).then(
+      (r) => r.arrayBuffer(),
+      () => undefined,
+    ),
+  )
   await until(() => held.length === before + n, `${n} requests held upstream`)
   return { controller, done }
 }
@@ -140,7 +150,9 @@ test('once her requests end, whether the client gave up or the upstream answered
 
 test('GET SSE streams hold a slot for as long as they are open', async () => {
   const controller = new AbortController()
-  const streams = await Promise.all([1, 2, 3].map(() => send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') }, signal: controller.signal })))
+  const streams = await Promise.all(
+    [1, 2, 3].map(() => send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') }, signal: controller.signal })),
+  )
   expect(streams.map((s) => s.statusCode)).toEqual([200, 200, 200])
   const refused = await send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') } })
   expect(refused.statusCode).toBe(429)
@@ -160,7 +172,9 @@ test('a request refused by auth holds no slot and is not counted against anyone'
 })
 
 function initialize(identity: string, signal?: AbortSignal, clientName = 't'): Promise<Response> {
-  const body = JSON.stringify(rpc('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: clientName, version: '1' } }))
+  const body = JSON.stringify(
+    rpc('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: clientName, version: '1' } }),
+  )
   return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body, signal })
 }
 
@@ -186,7 +200,12 @@ test('an initialize inside a batch carries nothing past the cap', async () => {
 test('initializes the upstream never answers stop at twice the cap', async () => {
   const { controller, done } = await hang(3)
   const before = held.length
-  const inits = Array.from({ length: 3 }, () => initialize('alice', controller.signal, 'hold').then((r) => r.arrayBuffer(), () => undefined))
+  const inits = Array.from({ length: 3 }, () =>
+    initialize('alice', controller.signal, 'hold').then(
+      (r) => r.arrayBuffer(),
+      () => undefined,
+    ),
+  )
   await until(() => held.length === before + 3, 'three initializes held upstream')
   expect((await initialize('alice', undefined, 'hold')).status).toBe(429)
   controller.abort()

@@ -32,13 +32,21 @@ describe('requests the gateway refuses itself', () => {
   test('a declared Content-Length over max_body_bytes is a 413 before the body is read', async () => {
     let res!: Awaited<ReturnType<typeof post>>
     const { entries, upstreamRequests } = await observe(async () => {
-      res = await post(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'x'.repeat(2000) } } }))
+      res = await post(
+        JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'x'.repeat(2000) } } }),
+      )
     })
     expect(res.status).toBe(413)
     expect(res.headers.get('content-type')).toBe('application/json')
-    expect(res.json).toEqual({ jsonrpc: '2.0', id: null, error: { code: 413, message: 'Request body too large', data: { max_body_bytes: 1024 } } })
+    expect(res.json).toEqual({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: 413, message: 'Request body too large', data: { max_body_bytes: 1024 } },
+    })
     expect(upstreamRequests).toBe(0)
-    expect(entries).toEqual([expect.objectContaining({ method: 'POST', decision: 'error', status: 413, reason: 'request body larger than max_body_bytes (1024)' })])
+    expect(entries).toEqual([
+      expect.objectContaining({ method: 'POST', decision: 'error', status: 413, reason: 'request body larger than max_body_bytes (1024)' }),
+    ])
   })
 
   test('a chunked body that grows past max_body_bytes is a 413 too', async () => {
@@ -89,7 +97,9 @@ describe('requests the gateway refuses itself', () => {
         expect(res.json).toEqual({ jsonrpc: '2.0', id: 3, error: { code: -32600, message: 'Invalid Request' } })
       })
       expect(upstreamRequests).toBe(0)
-      expect(entries).toEqual([expect.objectContaining({ decision: 'error', status: 400, reason: 'tools/call needs params.name as a non-empty string' })])
+      expect(entries).toEqual([
+        expect.objectContaining({ decision: 'error', status: 400, reason: 'tools/call needs params.name as a non-empty string' }),
+      ])
     }
   })
 
@@ -125,7 +135,11 @@ describe('requests the gateway refuses itself', () => {
     const smuggled = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo+ACI-,+ACI-name+ACI-:+ACI-expensive_tool"}}'
     const { entries, upstreamRequests } = await observe(async () => {
       // The SDK's parser takes the last of two charset parameters: any foreign one refuses the body.
-      for (const type of ['application/json; charset=utf-7', 'application/json;charset="UTF-16"', 'application/json; charset=utf-8; charset=utf-7']) {
+      for (const type of [
+        'application/json; charset=utf-7',
+        'application/json;charset="UTF-16"',
+        'application/json; charset=utf-8; charset=utf-7',
+      ]) {
         const res = await post(smuggled, { ...HEADERS, 'content-type': type })
         expect(res.status).toBe(415)
         expect(res.json).toEqual({ jsonrpc: '2.0', id: null, error: { code: 415, message: 'Request bodies must be UTF-8' } })

@@ -53,14 +53,23 @@ describe('forwarding', () => {
   test('a POST sent with Expect: 100-continue (curl does this for large bodies) is forwarded, not a 502', async () => {
     const body = JSON.stringify(toolCall('echo', { text: 'z'.repeat(2000) }))
     const res = await new Promise<Reply>((resolve, reject) => {
-      const req = request(`${h.url}/mcp`, {
-        method: 'POST',
-        headers: { ...as('alice'), 'content-type': 'application/json', expect: '100-continue', 'content-length': Buffer.byteLength(body) },
-      }, (r) => {
-        let text = ''
-        r.on('data', (c: Buffer) => (text += c.toString('utf8')))
-        r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, body: text }))
-      })
+      const req = request(
+        `${h.url}/mcp`,
+        {
+          method: 'POST',
+          headers: {
+            ...as('alice'),
+            'content-type': 'application/json',
+            expect: '100-continue',
+            'content-length': Buffer.byteLength(body),
+          },
+        },
+        (r) => {
+          let text = ''
+          r.on('data', (c: Buffer) => (text += c.toString('utf8')))
+          r.on('end', () => resolve({ status: r.statusCode ?? 0, headers: r.headers, body: text }))
+        },
+      )
       req.on('continue', () => req.end(body)) // the body only after the gateway said 100 Continue
       req.on('error', reject)
     })
@@ -77,7 +86,11 @@ describe('forwarding', () => {
 
   test('a body on DELETE or OPTIONS is forwarded as received, not dropped; over max_body_bytes it is a 413', async () => {
     for (const method of ['DELETE', 'OPTIONS']) {
-      const res = await fetch(`${h.url}/mcp`, { method, headers: { ...as('alice'), 'content-type': 'application/json' }, body: '{"reason":"done"}' })
+      const res = await fetch(`${h.url}/mcp`, {
+        method,
+        headers: { ...as('alice'), 'content-type': 'application/json' },
+        body: '{"reason":"done"}',
+      })
       await res.arrayBuffer()
       expect(upstream.seen.at(-1)).toMatchObject({ method, body: '{"reason":"done"}' })
       expect(upstream.seen.at(-1)?.headers['content-length']).toBe('17')
@@ -89,26 +102,31 @@ describe('forwarding', () => {
   })
 
   test('hop-by-hop request headers, Authorization and client copies of the identity headers never reach the upstream; MCP headers do', async () => {
-    await send(`${h.url}/mcp`, 'POST', {
-      'x-wardline-identity': 'alice',
-      'x-wardline-tenant': 'acme',
-      'x-wardline-request-id': 'forged-by-client',
-      authorization: 'Bearer client-secret',
-      'proxy-authorization': 'Basic abc',
-      connection: 'keep-alive, x-client-hop',
-      'keep-alive': 'timeout=5',
-      'x-client-hop': 'client-only',
-      te: 'trailers',
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      'mcp-session-id': 's-1',
-      'mcp-protocol-version': '2025-06-18',
-      'last-event-id': 'ev-9',
-      'mcp-method': 'tools/call',
-      'mcp-name': 'echo',
-      'mcp-param-region': 'eu',
-      'x-custom': 'kept',
-    }, JSON.stringify(toolCall('echo')))
+    await send(
+      `${h.url}/mcp`,
+      'POST',
+      {
+        'x-wardline-identity': 'alice',
+        'x-wardline-tenant': 'acme',
+        'x-wardline-request-id': 'forged-by-client',
+        authorization: 'Bearer client-secret',
+        'proxy-authorization': 'Basic abc',
+        connection: 'keep-alive, x-client-hop',
+        'keep-alive': 'timeout=5',
+        'x-client-hop': 'client-only',
+        te: 'trailers',
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': 's-1',
+        'mcp-protocol-version': '2025-06-18',
+        'last-event-id': 'ev-9',
+        'mcp-method': 'tools/call',
+        'mcp-name': 'echo',
+        'mcp-param-region': 'eu',
+        'x-custom': 'kept',
+      },
+      JSON.stringify(toolCall('echo')),
+    )
     const got = upstream.seen.at(-1)?.headers ?? {}
     for (const dropped of ['authorization', 'proxy-authorization', 'keep-alive', 'x-client-hop', 'te']) expect(got[dropped]).toBeUndefined()
     expect(got).toMatchObject({
@@ -153,7 +171,14 @@ describe('the audit trail', () => {
   test('every proxied request leaves exactly one entry, under the request id the client was given', async () => {
     const before = (await h.audit()).length
     const ids: string[] = []
-    for (const [method, body] of [['POST', JSON.stringify(toolCall('echo'))], ['POST', JSON.stringify(rpc('tools/list'))], ['GET'], ['DELETE'], ['HEAD'], ['OPTIONS']] as const) {
+    for (const [method, body] of [
+      ['POST', JSON.stringify(toolCall('echo'))],
+      ['POST', JSON.stringify(rpc('tools/list'))],
+      ['GET'],
+      ['DELETE'],
+      ['HEAD'],
+      ['OPTIONS'],
+    ] as const) {
       const res = await send(`${h.url}/mcp`, method, { ...as('bob', 'globex'), 'content-type': 'application/json' }, body)
       ids.push(String(res.headers['x-wardline-request-id']))
     }
@@ -206,7 +231,12 @@ describe('the audit trail', () => {
 
   test('the session id of a legacy SSE message post comes from its query string', async () => {
     const before = (await h.audit()).length
-    await send(`${h.url}/messages?sessionId=abc%2D123&x=1`, 'POST', { ...as('alice'), 'content-type': 'application/json' }, JSON.stringify(rpc('tools/list')))
+    await send(
+      `${h.url}/messages?sessionId=abc%2D123&x=1`,
+      'POST',
+      { ...as('alice'), 'content-type': 'application/json' },
+      JSON.stringify(rpc('tools/list')),
+    )
     const [entry] = (await h.audit()).slice(before)
     expect(entry.session_id).toBe('abc-123')
   })

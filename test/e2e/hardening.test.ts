@@ -57,7 +57,7 @@ describe('request targets and headers', () => {
     expect((await fetch(`${h.url}/mcp`, { method: 'PUT', body: '{}', headers: as('alice') })).status).toBe(405)
   })
 
-  test('X-Forwarded-For reaches the upstream once: a client\'s forged chain is replaced by its address', async () => {
+  test("X-Forwarded-For reaches the upstream once: a client's forged chain is replaced by its address", async () => {
     await fetch(`${h.url}/mcp`, { headers: { ...as('alice'), 'x-forwarded-for': '203.0.113.7' } })
     const seen = upstream.seen.at(-1)!
     expect(seen.rawHeaders.filter((_v, i, all) => i % 2 === 0 && all[i].toLowerCase() === 'x-forwarded-for')).toHaveLength(1)
@@ -67,19 +67,25 @@ describe('request targets and headers', () => {
 
   test('the audited session id is the one the upstream routes by, not a look-alike parameter', async () => {
     await fetch(`${h.url}/messages?xsessionId=evil&sessionId=real`, {
-      method: 'POST', headers: { ...MCP_HEADERS, ...as('alice') }, body: JSON.stringify(toolCall('echo')),
+      method: 'POST',
+      headers: { ...MCP_HEADERS, ...as('alice') },
+      body: JSON.stringify(toolCall('echo')),
     })
     expect((await h.audit()).at(-1)).toMatchObject({ session_id: 'real' })
   })
 
   test('two X-Wardline-Identity headers are a 401, not the identity "alice, bob"', async () => {
-    expect(await rawStatus(port, 'GET /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: alice\r\nx-wardline-identity: bob\r\n\r\n')).toBe(401)
+    expect(await rawStatus(port, 'GET /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: alice\r\nx-wardline-identity: bob\r\n\r\n')).toBe(
+      401,
+    )
     expect((await h.audit()).at(-1)).toMatchObject({ decision: 'unauthorized', reason: 'more than one X-Wardline-Identity header' })
   })
 
   test('a UTF-8 identity from a trusted proxy is read as UTF-8 and reaches the upstream percent-encoded', async () => {
     const identity = Buffer.from('José山田', 'utf8').toString('latin1') // the bytes a proxy puts on the wire
-    expect(await rawStatus(port, `GET /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: ${identity}\r\nx-wardline-tenant: acme\r\n\r\n`)).toBe(200)
+    expect(
+      await rawStatus(port, `GET /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: ${identity}\r\nx-wardline-tenant: acme\r\n\r\n`),
+    ).toBe(200)
     expect((await h.audit()).at(-1)).toMatchObject({ identity: 'José山田', tenant: 'acme' })
     expect(decodeURIComponent(String(upstream.seen.at(-1)?.headers['x-wardline-identity']))).toBe('José山田')
   })
@@ -88,12 +94,17 @@ describe('request targets and headers', () => {
     // allowed_origins is empty here: a browser preflight is refused (test/e2e/origin.test.ts has the
     // listed case, answered by the gateway itself); without Origin it is no preflight and needs a token.
     const before = upstream.seen.length
-    const browser = await fetch(`${h.url}/mcp`, { method: 'OPTIONS', headers: { origin: 'http://app.example', 'access-control-request-method': 'POST' } })
+    const browser = await fetch(`${h.url}/mcp`, {
+      method: 'OPTIONS',
+      headers: { origin: 'http://app.example', 'access-control-request-method': 'POST' },
+    })
     expect(browser.status).toBe(403)
     const bare = await fetch(`${h.url}/mcp`, { method: 'OPTIONS', headers: { 'access-control-request-method': 'POST' } })
     expect(bare.status).toBe(401)
     const smuggled = await fetch(`${h.url}/mcp`, {
-      method: 'OPTIONS', headers: { 'access-control-request-method': 'POST' }, body: JSON.stringify(toolCall('echo')),
+      method: 'OPTIONS',
+      headers: { 'access-control-request-method': 'POST' },
+      body: JSON.stringify(toolCall('echo')),
     })
     expect(smuggled.status).toBe(401)
     expect(upstream.seen.length).toBe(before)
@@ -164,15 +175,20 @@ describe('upstream connections', () => {
     const opened: Array<Promise<void>> = []
     const clients: Array<{ destroy(): void }> = []
     for (let i = 0; i < 3; i++) {
-      opened.push(new Promise((resolve) => {
-        const req = request(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') } }, (res) => res.once('data', () => resolve()))
-        clients.push(req)
-        req.end()
-      }))
+      opened.push(
+        new Promise((resolve) => {
+          const req = request(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') } }, (res) =>
+            res.once('data', () => resolve()),
+          )
+          clients.push(req)
+          req.end()
+        }),
+      )
     }
     try {
       await Promise.all(opened)
-      const post = () => fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as('alice') }, body: JSON.stringify(toolCall('echo')) })
+      const post = () =>
+        fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as('alice') }, body: JSON.stringify(toolCall('echo')) })
       expect((await post()).status).toBe(200) // three streams open, the one call connection still free
 
       hold = true

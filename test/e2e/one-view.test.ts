@@ -35,7 +35,11 @@ afterAll(async () => {
   await upstream.close()
 })
 
-async function post(body: string | Buffer, identity = 'mallory', tenant = 'guest'): Promise<{ status: number; json: unknown; requestId: string }> {
+async function post(
+  body: string | Buffer,
+  identity = 'mallory',
+  tenant = 'guest',
+): Promise<{ status: number; json: unknown; requestId: string }> {
   const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity, tenant) }, body })
   const text = await res.text()
   return { status: res.status, json: text ? JSON.parse(text) : null, requestId: res.headers.get('x-wardline-request-id') ?? '' }
@@ -119,14 +123,18 @@ describe('size, depth and batch length', () => {
     const over = await post(batch(101), 'alice', 'acme')
     expect(over.status).toBe(400)
     expect(over.json).toMatchObject({ id: null, error: { code: -32600 } })
-    expect(await entriesOf(over.requestId)).toEqual([expect.objectContaining({ decision: 'error', status: 400, reason: 'batch has more than 100 messages (max_batch_messages)' })])
+    expect(await entriesOf(over.requestId)).toEqual([
+      expect.objectContaining({ decision: 'error', status: 400, reason: 'batch has more than 100 messages (max_batch_messages)' }),
+    ])
     expect((await post(batch(100), 'alice', 'acme')).status).toBe(200)
   })
 
   test('a body nested 500,000 deep is refused at once and the gateway keeps serving', async () => {
     const res = await post('['.repeat(500_000) + ']'.repeat(500_000), 'alice', 'acme')
     expect(res.status).toBe(400)
-    expect(await entriesOf(res.requestId)).toEqual([expect.objectContaining({ status: 400, reason: 'JSON nested deeper than 64 levels (max_json_depth)' })])
+    expect(await entriesOf(res.requestId)).toEqual([
+      expect.objectContaining({ status: 400, reason: 'JSON nested deeper than 64 levels (max_json_depth)' }),
+    ])
     expect((await post(JSON.stringify(toolCall('echo')), 'alice', 'acme')).status).toBe(200)
   })
 

@@ -62,34 +62,47 @@ async function observe(act: () => Promise<void>): Promise<{ entries: Awaited<Ret
 
 describe('Host (allowed_hosts set)', () => {
   test.each([
-    ['127.0.0.1:<port>', 'an entry without a port accepts the gateway\'s port'],
+    ['127.0.0.1:<port>', "an entry without a port accepts the gateway's port"],
     ['localhost:6277', 'an entry with a port'],
     ['[::1]:8080', 'an IPv6 literal in brackets'],
     ['LOCALHOST:6277', 'any case'],
   ])('Host %s reaches the upstream: %s', async (host) => {
-    const res = await send(`${h.url}/mcp`, 'POST', { ...as('host-ok'), ...JSON_POST, host: host.replace('<port>', port) }, JSON.stringify(rpc('ping')))
+    const res = await send(
+      `${h.url}/mcp`,
+      'POST',
+      { ...as('host-ok'), ...JSON_POST, host: host.replace('<port>', port) },
+      JSON.stringify(rpc('ping')),
+    )
     expect(res.status).toBe(200)
   })
 
-  test.each(['evil.example', 'localhost:8080', 'localhost', '127.0.0.1.nip.io'])('Host %s (a DNS-rebinding page) gets 403, one audit entry, nothing upstream', async (host) => {
-    let res!: Reply
-    const { entries, reached } = await observe(async () => {
-      res = await send(`${h.url}/mcp`, 'POST', { ...as('alice'), ...JSON_POST, host }, JSON.stringify(toolCall('echo')))
-    })
-    expect(res.status).toBe(403)
-    expect(JSON.parse(res.body)).toEqual({ jsonrpc: '2.0', id: null, error: { code: 403, message: 'Forbidden: host not allowed' } })
-    expect(res.headers['access-control-allow-origin']).toBeUndefined()
-    expect(reached).toBe(0)
-    expect(entries).toHaveLength(1)
-    expect(entries[0]).toMatchObject({ decision: 'error', status: 403, reason: `host ${host} not in allowed_hosts` })
-  })
+  test.each(['evil.example', 'localhost:8080', 'localhost', '127.0.0.1.nip.io'])(
+    'Host %s (a DNS-rebinding page) gets 403, one audit entry, nothing upstream',
+    async (host) => {
+      let res!: Reply
+      const { entries, reached } = await observe(async () => {
+        res = await send(`${h.url}/mcp`, 'POST', { ...as('alice'), ...JSON_POST, host }, JSON.stringify(toolCall('echo')))
+      })
+      expect(res.status).toBe(403)
+      expect(JSON.parse(res.body)).toEqual({ jsonrpc: '2.0', id: null, error: { code: 403, message: 'Forbidden: host not allowed' } })
+      expect(res.headers['access-control-allow-origin']).toBeUndefined()
+      expect(reached).toBe(0)
+      expect(entries).toHaveLength(1)
+      expect(entries[0]).toMatchObject({ decision: 'error', status: 403, reason: `host ${host} not in allowed_hosts` })
+    },
+  )
 
   test('no Host header (HTTP/1.0) gets 403; two Host headers get 400', async () => {
     expect(await rawStatus(Number(new URL(h.url).port), 'GET /mcp HTTP/1.0\r\nX-Wardline-Identity: alice\r\n\r\n')).toBe(403)
-    expect(await rawStatus(Number(new URL(h.url).port), `GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\nX-Wardline-Identity: alice\r\n\r\n`)).toBe(400)
+    expect(
+      await rawStatus(
+        Number(new URL(h.url).port),
+        `GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\nX-Wardline-Identity: alice\r\n\r\n`,
+      ),
+    ).toBe(400)
   })
 
-  test('the upstream sees the client\'s Host as X-Forwarded-Host (its own Host is the upstream\'s address)', async () => {
+  test("the upstream sees the client's Host as X-Forwarded-Host (its own Host is the upstream's address)", async () => {
     await send(`${h.url}/mcp`, 'POST', { ...as('fwd-host'), ...JSON_POST, host: 'localhost:6277' }, JSON.stringify(rpc('ping')))
     const seen = upstream.seen.at(-1)!
     expect(seen.headers['x-forwarded-host']).toBe('localhost:6277')
@@ -110,7 +123,7 @@ describe('Origin', () => {
     expect(refused.headers.vary).toBeUndefined()
   })
 
-  test('a listed origin gets a forwarded 200 with the gateway\'s CORS headers in place of the upstream\'s', async () => {
+  test("a listed origin gets a forwarded 200 with the gateway's CORS headers in place of the upstream's", async () => {
     const res = await send(`${h.url}/mcp`, 'POST', { ...as('browser'), ...JSON_POST, origin: INSPECTOR }, JSON.stringify(rpc('ping')))
     expect(res.status).toBe(200)
     expectCors(res.headers)
@@ -129,11 +142,23 @@ describe('Origin', () => {
   })
 
   test('a listed origin can read a policy 403 and a 429 with its Retry-After', async () => {
-    const denied = await send(`${h.url}/mcp`, 'POST', { ...as('cors-deny'), ...JSON_POST, origin: INSPECTOR }, JSON.stringify(toolCall('forbidden_tool')))
+    const denied = await send(
+      `${h.url}/mcp`,
+      'POST',
+      { ...as('cors-deny'), ...JSON_POST, origin: INSPECTOR },
+      JSON.stringify(toolCall('forbidden_tool')),
+    )
     expect(denied.status).toBe(403)
     expectCors(denied.headers)
-    expect(await send(`${h.url}/mcp`, 'POST', { ...as('cors-429'), ...JSON_POST, origin: INSPECTOR }, JSON.stringify(toolCall('echo')))).toMatchObject({ status: 200 })
-    const throttled = await send(`${h.url}/mcp`, 'POST', { ...as('cors-429'), ...JSON_POST, origin: INSPECTOR }, JSON.stringify(toolCall('echo', {}, 2)))
+    expect(
+      await send(`${h.url}/mcp`, 'POST', { ...as('cors-429'), ...JSON_POST, origin: INSPECTOR }, JSON.stringify(toolCall('echo'))),
+    ).toMatchObject({ status: 200 })
+    const throttled = await send(
+      `${h.url}/mcp`,
+      'POST',
+      { ...as('cors-429'), ...JSON_POST, origin: INSPECTOR },
+      JSON.stringify(toolCall('echo', {}, 2)),
+    )
     expect(throttled.status).toBe(429)
     expectCors(throttled.headers)
     expect(Number(throttled.headers['retry-after'])).toBeGreaterThanOrEqual(1)
@@ -154,12 +179,22 @@ describe('Origin', () => {
     expect(res.headers['x-wardline-request-id']).toBe(entries[0]?.request_id)
     expect(reached).toBe(0)
     expect(entries).toHaveLength(1)
-    expect(entries[0]).toMatchObject({ identity: '', method: 'POST', decision: 'error', status: 403, reason: `origin ${origin} not in allowed_origins` })
+    expect(entries[0]).toMatchObject({
+      identity: '',
+      method: 'POST',
+      decision: 'error',
+      status: 403,
+      reason: `origin ${origin} not in allowed_origins`,
+    })
   })
 })
 
 describe('a CORS preflight', () => {
-  const PREFLIGHT = { origin: INSPECTOR, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,mcp-protocol-version' }
+  const PREFLIGHT = {
+    origin: INSPECTOR,
+    'access-control-request-method': 'POST',
+    'access-control-request-headers': 'authorization,content-type,mcp-protocol-version',
+  }
 
   test('from a listed origin is answered 204 by the gateway: nothing upstream, no session id, one audit entry', async () => {
     let res!: Reply
@@ -179,7 +214,11 @@ describe('a CORS preflight', () => {
     expect(reached).toBe(0)
     expect(entries).toHaveLength(1)
     expect(entries[0]).toMatchObject({
-      request_id: res.headers['x-wardline-request-id'], identity: '', method: 'OPTIONS', decision: 'passthrough', status: 204,
+      request_id: res.headers['x-wardline-request-id'],
+      identity: '',
+      method: 'OPTIONS',
+      decision: 'passthrough',
+      status: 204,
       reason: 'CORS preflight answered by the gateway',
     })
   })
@@ -204,10 +243,14 @@ describe('X-Forwarded-*', () => {
     forwarded: 'for=203.0.113.9',
   }
 
-  test('from an untrusted peer the client\'s copies are replaced by what the gateway saw', async () => {
+  test("from an untrusted peer the client's copies are replaced by what the gateway saw", async () => {
     await send(`${h.url}/mcp`, 'POST', { ...as('xff'), ...JSON_POST, ...FORGED, host: `127.0.0.1:${port}` }, JSON.stringify(rpc('ping')))
     const seen = upstream.seen.at(-1)!
-    expect(seen.headers).toMatchObject({ 'x-forwarded-for': '127.0.0.1', 'x-forwarded-host': `127.0.0.1:${port}`, 'x-forwarded-proto': 'http' })
+    expect(seen.headers).toMatchObject({
+      'x-forwarded-for': '127.0.0.1',
+      'x-forwarded-host': `127.0.0.1:${port}`,
+      'x-forwarded-proto': 'http',
+    })
     expect(seen.headers.forwarded).toBeUndefined()
     expect(seen.rawHeaders.filter((name) => /^x[-_]forwarded[-_]for$/i.test(name))).toEqual(['x-forwarded-for'])
   })
@@ -218,7 +261,10 @@ describe('X-Forwarded-*', () => {
       await send(`${trusting.url}/mcp`, 'POST', { ...as('xff'), ...JSON_POST, ...FORGED }, JSON.stringify(rpc('ping')))
       const seen = upstream.seen.at(-1)!
       expect(seen.headers).toMatchObject({
-        'x-forwarded-for': '203.0.113.9, 127.0.0.1', 'x-forwarded-host': 'forged.example', 'x-forwarded-proto': 'https', forwarded: 'for=203.0.113.9',
+        'x-forwarded-for': '203.0.113.9, 127.0.0.1',
+        'x-forwarded-host': 'forged.example',
+        'x-forwarded-proto': 'https',
+        forwarded: 'for=203.0.113.9',
       })
       expect(seen.rawHeaders.filter((name) => /^x[-_]forwarded[-_]for$/i.test(name))).toEqual(['x-forwarded-for'])
     } finally {

@@ -28,7 +28,14 @@ export async function startRawUpstream(
   const seen: SeenRequest[] = []
   const server: Server = createServer((req, res) => {
     const closed = new Promise<{ finished: boolean }>((resolve) => res.on('close', () => resolve({ finished: res.writableFinished })))
-    const record: SeenRequest = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body: '', closed }
+    const record: SeenRequest = {
+      method: req.method ?? '',
+      url: req.url ?? '',
+      headers: req.headers,
+      rawHeaders: req.rawHeaders,
+      body: '',
+      closed,
+    }
     seen.push(record)
     const chunks: Buffer[] = []
     req.on('data', (c: Buffer) => chunks.push(c))
@@ -42,10 +49,11 @@ export async function startRawUpstream(
   return {
     url: `http://127.0.0.1:${port}`,
     seen,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
   }
 }
 

@@ -51,7 +51,7 @@ describe.each<ExampleMode>(['stateless-json', 'stateless-sse', 'stateful'])('Str
     expect(entries.find((e) => e.method === 'tools/list')).toMatchObject({ decision: 'passthrough', status: 200 })
   })
 
-  test('the upstream sees the verified identity and never the caller\'s Authorization header', async () => {
+  test("the upstream sees the verified identity and never the caller's Authorization header", async () => {
     const { client } = await connect(h)
     const seen = JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} })))
     expect(seen).toEqual({ identity: 'alice', tenant: 'acme', authorization: null })
@@ -109,7 +109,11 @@ describe('sessions through the gateway (stateful upstream)', () => {
     const entries = await h.audit()
     expect(entries.find((e) => e.method === 'initialize')?.session_id).toBeUndefined()
     expect(entries.find((e) => e.method === 'tools/list')?.session_id).toBe(sessionId)
-    expect(entries.find((e) => e.method === 'notifications/initialized')).toMatchObject({ decision: 'passthrough', status: 202, session_id: sessionId })
+    expect(entries.find((e) => e.method === 'notifications/initialized')).toMatchObject({
+      decision: 'passthrough',
+      status: 202,
+      session_id: sessionId,
+    })
   })
 
   test('the client opens the standalone GET stream through the gateway and it stays open until the client leaves', async () => {
@@ -142,14 +146,21 @@ describe('sessions through the gateway (stateful upstream)', () => {
     // The session is gone upstream: a request with the old id gets the server's own 404, forwarded as is.
     const res = await fetch(`${h.url}/mcp`, {
       method: 'POST',
-      headers: { ...as('alice'), 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': sessionId ?? '' },
+      headers: {
+        ...as('alice'),
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': sessionId ?? '',
+      },
       body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }),
     })
     expect(res.status).toBe(404)
     expect(await res.json()).toMatchObject({ error: { code: -32001, message: 'Session not found' } })
     await client.close()
     const entries = await h.audit()
-    expect(entries.filter((e) => e.method === 'DELETE')).toEqual([expect.objectContaining({ decision: 'passthrough', status: 200, session_id: sessionId })])
+    expect(entries.filter((e) => e.method === 'DELETE')).toEqual([
+      expect.objectContaining({ decision: 'passthrough', status: 200, session_id: sessionId }),
+    ])
   })
 })
 

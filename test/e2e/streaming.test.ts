@@ -94,7 +94,13 @@ describe('a client that disconnects', () => {
     abort.abort()
     expect(await upstream.seen[0].closed).toEqual({ finished: false })
     const [entry] = await waitForAudit(h, 1)
-    expect(entry).toMatchObject({ method: 'tools/call', tool: 'echo', decision: 'allow', status: 499, reason: 'client closed the connection' })
+    expect(entry).toMatchObject({
+      method: 'tools/call',
+      tool: 'echo',
+      decision: 'allow',
+      status: 499,
+      reason: 'client closed the connection',
+    })
   })
 })
 
@@ -105,7 +111,11 @@ describe('upstream failures', () => {
     expect(res.status).toBe(502)
     expect(res.headers.get('content-type')).toBe('application/json')
     expect(res.headers.get('mcp-session-id')).toBeNull()
-    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 7, error: { code: 502, message: 'Bad gateway: the MCP server could not be reached' } })
+    expect(await res.json()).toEqual({
+      jsonrpc: '2.0',
+      id: 7,
+      error: { code: 502, message: 'Bad gateway: the MCP server could not be reached' },
+    })
     const [entry] = await h.audit()
     expect(entry).toMatchObject({ method: 'tools/call', decision: 'error', status: 502 })
     // The code once, then what happened: "WL_UPSTREAM_UNREACHABLE: upstream unreachable: connect ECONNREFUSED …"
@@ -120,7 +130,11 @@ describe('upstream failures', () => {
     const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: POST, body: JSON.stringify(toolCall('echo', {}, 'a')) })
     expect(res.status).toBe(504)
     expect(performance.now() - started).toBeGreaterThanOrEqual(450)
-    expect(await res.json()).toEqual({ jsonrpc: '2.0', id: 'a', error: { code: 504, message: 'Gateway timeout: the MCP server did not answer in time' } })
+    expect(await res.json()).toEqual({
+      jsonrpc: '2.0',
+      id: 'a',
+      error: { code: 504, message: 'Gateway timeout: the MCP server did not answer in time' },
+    })
     const [entry] = await h.audit()
     expect(entry).toMatchObject({ decision: 'error', status: 504 })
     expect(entry.reason).toMatch(/^WL_UPSTREAM_TIMEOUT: /)

@@ -5,7 +5,9 @@ import { type RawUpstream, startRawUpstream } from '../e2e/raw-upstream'
  * the last), so a test can read a body the way another decoder would.
  */
 type Value = null | boolean | number | string | Value[] | Entries
-interface Entries { readonly entries: Array<[string, Value]> }
+interface Entries {
+  readonly entries: Array<[string, Value]>
+}
 
 function decodeKeepingDuplicates(text: string): Value {
   let i = 0
@@ -104,7 +106,7 @@ export async function startGoStyleUpstream(): Promise<GoStyleUpstream> {
     const ids = (Array.isArray(tree) ? tree : [tree]).map((m) => (m as { id?: unknown }).id)
     const answers = ids.filter((id) => id !== undefined).map((id) => ({ jsonrpc: '2.0', id, result: { content: [] } }))
     res.writeHead(200, { 'content-type': 'application/json' })
-    res.end(JSON.stringify(Array.isArray(tree) ? answers : answers[0] ?? {}))
+    res.end(JSON.stringify(Array.isArray(tree) ? answers : (answers[0] ?? {})))
   })
   return Object.assign(raw, { executed })
 }

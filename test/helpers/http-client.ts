@@ -23,7 +23,10 @@ export function send(url: string, method: string, headers: Record<string, string
 }
 
 /** One request; resolves on the response headers, leaving the body (a stream, say) to the caller. */
-export function open(url: string, options: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal }): Promise<IncomingMessage> {
+export function open(
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal },
+): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const req = request(url, { method: options.method ?? 'GET', headers: options.headers, signal: options.signal }, resolve)
     req.on('error', reject)

@@ -15,7 +15,10 @@ export class PostgresProxy {
   private readonly sockets = new Set<Socket>()
   private readonly held: Array<() => void> = []
 
-  private constructor(private readonly server: Server, private readonly target: { host: string; port: number }) {}
+  private constructor(
+    private readonly server: Server,
+    private readonly target: { host: string; port: number },
+  ) {}
 
   static async start(targetUrl: string): Promise<PostgresProxy> {
     const u = new URL(targetUrl)
@@ -78,10 +81,12 @@ export class PostgresProxy {
     client.on('error', forget).on('close', forget)
     upstream.on('error', forget).on('close', forget)
     const counter = new FrontendCounter(() => this.roundTrips++)
-    client.on('data', (chunk) => this.forward(() => {
-      counter.feed(chunk)
-      upstream.write(chunk)
-    }))
+    client.on('data', (chunk) =>
+      this.forward(() => {
+        counter.feed(chunk)
+        upstream.write(chunk)
+      }),
+    )
     upstream.on('data', (chunk) => this.forward(() => client.write(chunk)))
   }
 

@@ -33,8 +33,12 @@ const pg = new EmbeddedPostgres({
   persistent: true,
   // TCP on loopback only; no Unix socket, so two throwaway servers never meet in /tmp.
   postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200', '-c', 'fsync=off'],
-  onLog: (m) => { log = (log + m).slice(-4000) },
-  onError: (m) => { log = (log + String(m)).slice(-4000) },
+  onLog: (m) => {
+    log = (log + m).slice(-4000)
+  },
+  onError: (m) => {
+    log = (log + String(m)).slice(-4000)
+  },
 })
 let initialised = false
 let running = false
@@ -75,13 +79,25 @@ function postgresUser() {
   const existing = postgresIds()
   if (existing) return existing
   const groupExists = spawnSync('getent', ['group', 'postgres']).status === 0
-  const useradd = spawnSync('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin',
-    ...(groupExists ? ['--gid', 'postgres'] : ['--user-group']), 'postgres'], { encoding: 'utf8' })
+  const useradd = spawnSync(
+    'useradd',
+    [
+      '--system',
+      '--no-create-home',
+      '--shell',
+      '/usr/sbin/nologin',
+      ...(groupExists ? ['--gid', 'postgres'] : ['--user-group']),
+      'postgres',
+    ],
+    { encoding: 'utf8' },
+  )
   // A helper beside us may have created it between our look and our useradd; its user serves us too.
   const created = postgresIds()
   if (created) return created
   const why = useradd.error?.message ?? useradd.stderr.trim()
-  throw new Error(`running as root with no \`postgres\` user to run Postgres as, and useradd failed (${why}); create that user or set WARDLINE_TEST_DATABASE_URL`)
+  throw new Error(
+    `running as root with no \`postgres\` user to run Postgres as, and useradd failed (${why}); create that user or set WARDLINE_TEST_DATABASE_URL`,
+  )
 }
 
 function postgresIds() {

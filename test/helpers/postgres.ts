@@ -147,7 +147,10 @@ export class ThrowawayPostgres {
   private waiting: Array<(reply: Reply) => void> = []
   private exited = false
 
-  private constructor(private readonly child: ChildProcess, readonly port: number) {
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly port: number,
+  ) {
     child.on('message', (reply: Reply) => this.waiting.shift()?.(reply))
     child.on('exit', () => {
       this.exited = true

@@ -17,7 +17,8 @@ function exchange(method: string, headers: Array<[string, string]>): Exchange {
   req.rawHeaders = headers.flat()
   for (const [name, value] of headers) {
     const key = name.toLowerCase()
-    if (!(key in req.headers)) req.headers[key] = value // Node keeps the first Host
+    if (!(key in req.headers))
+      req.headers[key] = value // Node keeps the first Host
     else if (key !== 'host') req.headers[key] = `${req.headers[key] as string}, ${value}`
   }
   return new Exchange(req, new ServerResponse(req), 'id', 0, 0)
@@ -48,15 +49,32 @@ describe('Host', () => {
     expect(run(['Host', host])).toBe(CONTINUE)
   })
 
-  test.each(['localhost:8081', 'localhost', 'evil.example', 'evil.example:8080', '127.0.0.1.evil.example', '[::2]:9001', 'mcp.example.com.', '127.0.0.1:abc', '127.0.0.1:', '[::1]:x'])('Host %s is refused with 403', (host) => {
+  test.each([
+    'localhost:8081',
+    'localhost',
+    'evil.example',
+    'evil.example:8080',
+    '127.0.0.1.evil.example',
+    '[::2]:9001',
+    'mcp.example.com.',
+    '127.0.0.1:abc',
+    '127.0.0.1:',
+    '[::1]:x',
+  ])('Host %s is refused with 403', (host) => {
     expect(refusal(run(['Host', host]))).toMatchObject({
-      status: 403, decision: 'error', reason: `host ${host} not in allowed_hosts`, message: 'Forbidden: host not allowed',
+      status: 403,
+      decision: 'error',
+      reason: `host ${host} not in allowed_hosts`,
+      message: 'Forbidden: host not allowed',
     })
   })
 
   test('a request without Host is refused; one with two is a 400 whichever comes first', () => {
     expect(refusal(run())).toMatchObject({ status: 403, reason: 'no host header (allowed_hosts is set)' })
-    expect(refusal(run(['Host', '127.0.0.1'], ['host', 'evil.example']))).toMatchObject({ status: 400, reason: 'more than one host header' })
+    expect(refusal(run(['Host', '127.0.0.1'], ['host', 'evil.example']))).toMatchObject({
+      status: 400,
+      reason: 'more than one host header',
+    })
   })
 
   test('with allowed_hosts empty any Host passes', () => {
@@ -79,13 +97,19 @@ describe('Origin', () => {
     expect(ex.corsOrigin).toBe('http://LocalHost:6274')
   })
 
-  test.each(['http://localhost:6275', 'https://localhost:6274', 'http://evil.example', 'http://localhost:6274, http://evil.example'])('Origin %s is refused with 403', (origin) => {
-    const ex = exchange('POST', [['Origin', origin]])
-    expect(refusal(stage.run(ex) as Verdict)).toMatchObject({
-      status: 403, decision: 'error', reason: `origin ${origin} not in allowed_origins`, message: 'Forbidden: origin not allowed',
-    })
-    expect(ex.corsOrigin).toBeNull()
-  })
+  test.each(['http://localhost:6275', 'https://localhost:6274', 'http://evil.example', 'http://localhost:6274, http://evil.example'])(
+    'Origin %s is refused with 403',
+    (origin) => {
+      const ex = exchange('POST', [['Origin', origin]])
+      expect(refusal(stage.run(ex) as Verdict)).toMatchObject({
+        status: 403,
+        decision: 'error',
+        reason: `origin ${origin} not in allowed_origins`,
+        message: 'Forbidden: origin not allowed',
+      })
+      expect(ex.corsOrigin).toBeNull()
+    },
+  )
 
   test('with the default empty list any Origin is refused, null included unless listed', () => {
     expect(refusal(httpStage(http({})).run(exchange('GET', [['Origin', 'http://localhost:6274']])) as Verdict).status).toBe(403)
@@ -105,7 +129,9 @@ describe('a CORS preflight', () => {
     stage.run(exchange('OPTIONS', [['Origin', 'http://localhost:6274'], ['Access-Control-Request-Method', 'POST'], ...headers])) as Verdict
 
   test('from a listed origin is answered with a bodyless 204 allowing the MCP methods and the requested headers', () => {
-    const answer = refusal(preflight([['Access-Control-Request-Headers', 'authorization,content-type,mcp-protocol-version,mcp-param-region']]))
+    const answer = refusal(
+      preflight([['Access-Control-Request-Headers', 'authorization,content-type,mcp-protocol-version,mcp-param-region']]),
+    )
     expect(answer).toMatchObject({ status: 204, decision: 'passthrough', noBody: true, reason: 'CORS preflight answered by the gateway' })
     expect(answer.headers).toEqual({
       'access-control-allow-methods': 'GET, POST, DELETE, OPTIONS',
@@ -122,7 +148,10 @@ describe('a CORS preflight', () => {
   })
 
   test('asking for no header gets the bare answer', () => {
-    expect(refusal(preflight([])).headers).toEqual({ 'access-control-allow-methods': 'GET, POST, DELETE, OPTIONS', 'access-control-max-age': '600' })
+    expect(refusal(preflight([])).headers).toEqual({
+      'access-control-allow-methods': 'GET, POST, DELETE, OPTIONS',
+      'access-control-max-age': '600',
+    })
   })
 
   test('without Origin it is no browser preflight: it goes on (to authentication)', () => {

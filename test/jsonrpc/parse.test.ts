@@ -2,7 +2,8 @@ import { parseMessages } from '../../src/jsonrpc/parse'
 import { JsonScanner, scanJson } from '../../src/jsonrpc/scan'
 
 const LIMITS = { maxJsonDepth: 64, maxBatchMessages: 100 }
-const parse = (value: unknown, limits = LIMITS) => parseMessages(Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)), limits)
+const parse = (value: unknown, limits = LIMITS) =>
+  parseMessages(Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)), limits)
 
 describe('parsing JSON-RPC bodies', () => {
   test('a tools/call is gated and targets its tool name', () => {
@@ -14,7 +15,12 @@ describe('parsing JSON-RPC bodies', () => {
   })
 
   test('a resource is judged by the uri the server reads, never by a caller-chosen name', () => {
-    const parsed = parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: 'file:///etc/passwd', name: 'example://readme' } })
+    const parsed = parse({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'resources/read',
+      params: { uri: 'file:///etc/passwd', name: 'example://readme' },
+    })
     expect(parsed.ok && parsed.calls[0].target).toBe('file:///etc/passwd')
   })
 
@@ -31,8 +37,16 @@ describe('parsing JSON-RPC bodies', () => {
   })
 
   test.each([
-    ['a tool name', { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'a\u0000b' } }, 'tools/call target contains control characters'],
-    ['a resource uri', { jsonrpc: '2.0', id: 3, method: 'resources/read', params: { uri: 'x://a\nb' } }, 'resources/read target contains control characters'],
+    [
+      'a tool name',
+      { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'a\u0000b' } },
+      'tools/call target contains control characters',
+    ],
+    [
+      'a resource uri',
+      { jsonrpc: '2.0', id: 3, method: 'resources/read', params: { uri: 'x://a\nb' } },
+      'resources/read target contains control characters',
+    ],
     ['a method', { jsonrpc: '2.0', id: 3, method: 'tools/call\u0000' }, 'method contains control characters'],
   ])('control characters in %s are an invalid request with the id echoed', (_what, body, reason) => {
     expect(parse(body)).toEqual({ ok: false, code: -32600, id: 3, reason })
@@ -43,10 +57,24 @@ describe('parsing JSON-RPC bodies', () => {
   })
 
   test('a batch is classified element by element, and one bad element refuses it whole', () => {
-    const good = parse([{ jsonrpc: '2.0', method: 'notifications/initialized' }, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'add' } }])
-    expect(good.ok && good.calls.map((c) => [c.method, c.gated])).toEqual([['notifications/initialized', false], ['tools/call', true]])
-    expect(parse([{ jsonrpc: '2.0', id: 1, method: 'ping' }, { jsonrpc: '1.0', id: 2, method: 'ping' }])).toEqual({
-      ok: false, code: -32600, id: null, reason: 'batch element 1: jsonrpc must be "2.0"',
+    const good = parse([
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'add' } },
+    ])
+    expect(good.ok && good.calls.map((c) => [c.method, c.gated])).toEqual([
+      ['notifications/initialized', false],
+      ['tools/call', true],
+    ])
+    expect(
+      parse([
+        { jsonrpc: '2.0', id: 1, method: 'ping' },
+        { jsonrpc: '1.0', id: 2, method: 'ping' },
+      ]),
+    ).toEqual({
+      ok: false,
+      code: -32600,
+      id: null,
+      reason: 'batch element 1: jsonrpc must be "2.0"',
     })
     expect(parse([])).toMatchObject({ ok: false, code: -32600 })
   })
@@ -60,7 +88,12 @@ describe('parsing JSON-RPC bodies', () => {
     for (const id of ['1.0', '1e2', '9007199254740993', '-0', 'true', '{}']) {
       expect(parse(`{"jsonrpc":"2.0","id":${id},"method":"ping"}`)).toMatchObject({ ok: false, code: -32600, id: null })
     }
-    for (const [raw, id] of [['-12', -12], ['0', 0], ['"a\\u00e9"', 'aé'], ['null', null]] as const) {
+    for (const [raw, id] of [
+      ['-12', -12],
+      ['0', 0],
+      ['"a\\u00e9"', 'aé'],
+      ['null', null],
+    ] as const) {
       expect(parse(`{"jsonrpc":"2.0","id":${raw},"method":"ping"}`)).toMatchObject({ ok: true, calls: [{ id }] })
     }
   })
@@ -68,22 +101,78 @@ describe('parsing JSON-RPC bodies', () => {
 
 /** The requests issue 9 found a Go-style (case-insensitive, last-wins) upstream would run as another call. */
 const AMBIGUOUS: ReadonlyArray<readonly [string, string, RegExp]> = [
-  ['Method beside method', '{"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"tools/call","params":{"name":"expensive_tool"}}', /keys "method" and "Method" in the message are equal under case folding/],
-  ['Name beside name', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"expensive_tool"}}', /keys "name" and "Name" in params/],
-  ['PARAMS beside params', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"PARAMS":{"name":"expensive_tool"}}', /"params" and "PARAMS"/],
-  ['Paramſ (upper case and ſ in one key)', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"Paramſ":{"name":"expensive_tool"}}', /"params" and "Paramſ"/],
-  ['paramſ (Go folds ſ to s)', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"paramſ":{"name":"expensive_tool"}}', /"params" and "paramſ"/],
-  ['METHOD beside ping', '{"jsonrpc":"2.0","id":1,"method":"ping","METHOD":"tools/call","params":{"name":"expensive_tool"}}', /"method" and "METHOD"/],
-  ['a duplicate method', '{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}', /duplicate key "method" in the message/],
-  ['a duplicate tool name', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"expensive_tool"}}', /duplicate key "name" in params/],
-  ['an escaped duplicate', '{"jsonrpc":"2.0","id":1,"\\u006dethod":"ping","method":"tools/call","params":{"name":"x"}}', /duplicate key "method"/],
-  ['Method alone', '{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"x"}}', /key "Method" in the message is a case variant of "method"/],
+  [
+    'Method beside method',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"tools/call","params":{"name":"expensive_tool"}}',
+    /keys "method" and "Method" in the message are equal under case folding/,
+  ],
+  [
+    'Name beside name',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"expensive_tool"}}',
+    /keys "name" and "Name" in params/,
+  ],
+  [
+    'PARAMS beside params',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"PARAMS":{"name":"expensive_tool"}}',
+    /"params" and "PARAMS"/,
+  ],
+  [
+    'Paramſ (upper case and ſ in one key)',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"Paramſ":{"name":"expensive_tool"}}',
+    /"params" and "Paramſ"/,
+  ],
+  [
+    'paramſ (Go folds ſ to s)',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"paramſ":{"name":"expensive_tool"}}',
+    /"params" and "paramſ"/,
+  ],
+  [
+    'METHOD beside ping',
+    '{"jsonrpc":"2.0","id":1,"method":"ping","METHOD":"tools/call","params":{"name":"expensive_tool"}}',
+    /"method" and "METHOD"/,
+  ],
+  [
+    'a duplicate method',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}',
+    /duplicate key "method" in the message/,
+  ],
+  [
+    'a duplicate tool name',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"expensive_tool"}}',
+    /duplicate key "name" in params/,
+  ],
+  [
+    'an escaped duplicate',
+    '{"jsonrpc":"2.0","id":1,"\\u006dethod":"ping","method":"tools/call","params":{"name":"x"}}',
+    /duplicate key "method"/,
+  ],
+  [
+    'Method alone',
+    '{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"x"}}',
+    /key "Method" in the message is a case variant of "method"/,
+  ],
   ['Params alone', '{"jsonrpc":"2.0","id":1,"method":"tools/call","Params":{"name":"x"}}', /case variant of "params"/],
-  ['Arguments beside arguments', '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{},"Arguments":{"p":1}}}', /"arguments" and "Arguments"/],
-  ['the Kelvin sign', '{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"a","\u212Aey":1,"key":2}}', /equal under case folding/],
+  [
+    'Arguments beside arguments',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{},"Arguments":{"p":1}}}',
+    /"arguments" and "Arguments"/,
+  ],
+  [
+    'the Kelvin sign',
+    '{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"a","\u212Aey":1,"key":2}}',
+    /equal under case folding/,
+  ],
   ['a URI in another case', '{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a:/x","URI":"b:/y"}}', /"uri" and "URI"/],
-  ['a duplicate in a batch element', '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping","method":"tools/call"}]', /^batch element 1: duplicate key "method"/],
-  ['a duplicate ref uri', '{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"a:/x","uri":"b:/y"},"argument":{"name":"n","value":""}}}', /duplicate key "uri" in params.ref/],
+  [
+    'a duplicate in a batch element',
+    '[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping","method":"tools/call"}]',
+    /^batch element 1: duplicate key "method"/,
+  ],
+  [
+    'a duplicate ref uri',
+    '{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"a:/x","uri":"b:/y"},"argument":{"name":"n","value":""}}}',
+    /duplicate key "uri" in params.ref/,
+  ],
 ]
 
 describe('one reading of every message', () => {
@@ -94,16 +183,29 @@ describe('one reading of every message', () => {
   })
 
   test("keys the gateway does not judge may repeat deeper down (arguments are the tool's business)", () => {
-    const parsed = parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"opts":{"a":1,"a":2},"A":1,"a":3}}}')
+    const parsed = parse(
+      '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"opts":{"a":1,"a":2},"A":1,"a":3}}}',
+    )
     expect(parsed).toMatchObject({ ok: true, calls: [{ target: 'x' }] })
   })
 
   test('a lone surrogate escape and invalid UTF-8 are parse errors: decoders turn them into different names', () => {
-    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\ud800"}}')).toMatchObject({ ok: false, code: -32700, reason: expect.stringContaining('lone UTF-16 surrogate') })
+    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\ud800"}}')).toMatchObject({
+      ok: false,
+      code: -32700,
+      reason: expect.stringContaining('lone UTF-16 surrogate'),
+    })
     expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\udc00b"}}')).toMatchObject({ ok: false, code: -32700 })
-    const invalid = Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a'), Buffer.from([0xff]), Buffer.from('"}}')])
+    const invalid = Buffer.concat([
+      Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a'),
+      Buffer.from([0xff]),
+      Buffer.from('"}}'),
+    ])
     expect(parseMessages(invalid, LIMITS)).toMatchObject({ ok: false, code: -32700, reason: 'malformed JSON: body is not valid UTF-8' })
-    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud83d\\ude00"}}')).toMatchObject({ ok: true, calls: [{ target: '😀' }] })
+    expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud83d\\ude00"}}')).toMatchObject({
+      ok: true,
+      calls: [{ target: '😀' }],
+    })
   })
 
   test('nesting past max_json_depth is refused without parsing, in time linear in the body', () => {
@@ -111,7 +213,8 @@ describe('one reading of every message', () => {
     const started = performance.now()
     expect(parse(deep)).toEqual({ ok: false, code: -32600, id: null, reason: 'JSON nested deeper than 64 levels (max_json_depth)' })
     expect(performance.now() - started).toBeLessThan(1000) // generous: JSON.parse took 0.8–1.3 s on this body
-    const call = (depth: number) => `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":${'['.repeat(depth)}${']'.repeat(depth)}}}`
+    const call = (depth: number) =>
+      `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":${'['.repeat(depth)}${']'.repeat(depth)}}}`
     expect(parse(call(62))).toMatchObject({ ok: true }) // the message is level 1, params 2: 2 + 62 = 64
     expect(parse(call(63))).toMatchObject({ ok: false, code: -32600 })
   })
@@ -119,7 +222,12 @@ describe('one reading of every message', () => {
   test('a batch longer than max_batch_messages is refused as soon as the scanner meets the extra element', () => {
     const batch = (n: number) => JSON.stringify(Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'ping' })))
     expect(parse(batch(100))).toMatchObject({ ok: true })
-    expect(parse(batch(101))).toEqual({ ok: false, code: -32600, id: null, reason: 'batch has more than 100 messages (max_batch_messages)' })
+    expect(parse(batch(101))).toEqual({
+      ok: false,
+      code: -32600,
+      id: null,
+      reason: 'batch has more than 100 messages (max_batch_messages)',
+    })
     expect(parse(batch(3), { maxJsonDepth: 64, maxBatchMessages: 2 })).toMatchObject({ ok: false, code: -32600 })
   })
 
@@ -142,13 +250,29 @@ describe('one reading of every message', () => {
       expect(parsed).toMatchObject({ ok: false, code: -32600, id: 4 })
       expect(!parsed.ok && parsed.reason).toMatch(reason)
     }
-    const completion = parse({ jsonrpc: '2.0', id: 5, method: 'completion/complete', params: { ref: { type: 'ref/resource', uri }, argument: { name: 'a', value: '' } } })
+    const completion = parse({
+      jsonrpc: '2.0',
+      id: 5,
+      method: 'completion/complete',
+      params: { ref: { type: 'ref/resource', uri }, argument: { name: 'a', value: '' } },
+    })
     expect(completion).toMatchObject({ ok: false, code: -32600, id: 5 })
   })
 
   test('a URI already in normal form is judged as it stands', () => {
-    for (const uri of ['file:///public/readme.md', 'example://secret', 'https://example.com/a?b=c', 'test://static/resource/1', 'file:///caf%C3%A9', 'file:///a%20b', 'urn:isbn:0451450523']) {
-      expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri } })).toMatchObject({ ok: true, calls: [{ target: uri }] })
+    for (const uri of [
+      'file:///public/readme.md',
+      'example://secret',
+      'https://example.com/a?b=c',
+      'test://static/resource/1',
+      'file:///caf%C3%A9',
+      'file:///a%20b',
+      'urn:isbn:0451450523',
+    ]) {
+      expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri } })).toMatchObject({
+        ok: true,
+        calls: [{ target: uri }],
+      })
     }
   })
 })
@@ -158,31 +282,84 @@ describe('bounded reading', () => {
 
   test('an envelope or the params of a gated call with more than 64 members is refused, cheaply', () => {
     expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(61)}}`)).toMatchObject({ ok: true })
-    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(62)}}`)).toMatchObject({ ok: false, code: -32600, reason: 'message has more than 64 members' })
-    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",${keys(64)}}}`)).toMatchObject({ ok: false, reason: 'params has more than 64 members' })
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(62)}}`)).toMatchObject({
+      ok: false,
+      code: -32600,
+      reason: 'message has more than 64 members',
+    })
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",${keys(64)}}}`)).toMatchObject({
+      ok: false,
+      reason: 'params has more than 64 members',
+    })
     const started = performance.now()
-    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(400_000)}}`)).toMatchObject({ ok: false, reason: 'message has more than 64 members' })
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"ping",${keys(400_000)}}`)).toMatchObject({
+      ok: false,
+      reason: 'message has more than 64 members',
+    })
     expect(performance.now() - started).toBeLessThan(2000) // generous: reading them all took 230 ms of one block
   })
 
   test('the params of a method the gateway does not judge may have any number of members', () => {
-    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"myapp/bulk","params":{${keys(1000)}}}`)).toMatchObject({ ok: true, calls: [{ method: 'myapp/bulk', gated: false }] })
+    expect(parse(`{"jsonrpc":"2.0","id":1,"method":"myapp/bulk","params":{${keys(1000)}}}`)).toMatchObject({
+      ok: true,
+      calls: [{ method: 'myapp/bulk', gated: false }],
+    })
   })
 
   test('a target that is not a string, or missing where the schema needs one, is refused rather than judged as nothing', () => {
-    expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: 7 } })).toMatchObject({ ok: false, reason: 'resources/read needs params.uri as a string' })
-    expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: {} })).toMatchObject({ ok: false, reason: 'resources/read needs params.uri as a string' })
-    expect(parse({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: { name: ['greeting'] } })).toMatchObject({ ok: false, reason: 'prompts/get needs params.name as a string' })
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: { uri: 7 } })).toMatchObject({
+      ok: false,
+      reason: 'resources/read needs params.uri as a string',
+    })
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'resources/read', params: {} })).toMatchObject({
+      ok: false,
+      reason: 'resources/read needs params.uri as a string',
+    })
+    expect(parse({ jsonrpc: '2.0', id: 1, method: 'prompts/get', params: { name: ['greeting'] } })).toMatchObject({
+      ok: false,
+      reason: 'prompts/get needs params.name as a string',
+    })
     expect(parse({ jsonrpc: '2.0', id: 1, method: 'prompts/get' })).toMatchObject({ ok: false })
   })
 })
 
 describe('the scanner agrees with JSON.parse on what is JSON', () => {
   const cases = [
-    '{}', '[]', '{"a":[1,2,{"b":null}]}', '  {"a" : "b" }\n', '{"a":-0.5e+10}', '{"a":"\\\\\\"\\/\\b\\f\\n\\r\\t"}',
-    '{"a":01}', '{"a":1.}', '{"a":.5}', '{"a":+1}', '{"a":1e}', '{"a":tru}', '{"a":nul}', '{"a":"\\x"}', '{"a":"\\u12"}',
-    '{"a" "b"}', '{"a":1,}', '[1,]', '[1 2]', '{"a":1}}', '{"a":1}{', '{a:1}', "{'a':1}", '{"a":"b\tc"}', '\ufeff{}',
-    '{"a":NaN}', '{"a":Infinity}', '[', '"', '{"a":"\\u0000"}', '{"a":1}x', '', ' ', '{"a":[}', '{"a":{]}',
+    '{}',
+    '[]',
+    '{"a":[1,2,{"b":null}]}',
+    '  {"a" : "b" }\n',
+    '{"a":-0.5e+10}',
+    '{"a":"\\\\\\"\\/\\b\\f\\n\\r\\t"}',
+    '{"a":01}',
+    '{"a":1.}',
+    '{"a":.5}',
+    '{"a":+1}',
+    '{"a":1e}',
+    '{"a":tru}',
+    '{"a":nul}',
+    '{"a":"\\x"}',
+    '{"a":"\\u12"}',
+    '{"a" "b"}',
+    '{"a":1,}',
+    '[1,]',
+    '[1 2]',
+    '{"a":1}}',
+    '{"a":1}{',
+    '{a:1}',
+    "{'a':1}",
+    '{"a":"b\tc"}',
+    '\ufeff{}',
+    '{"a":NaN}',
+    '{"a":Infinity}',
+    '[',
+    '"',
+    '{"a":"\\u0000"}',
+    '{"a":1}x',
+    '',
+    ' ',
+    '{"a":[}',
+    '{"a":{]}',
   ]
   test.each(cases)('%j', (text) => {
     const source = text
@@ -201,7 +378,15 @@ describe('the scanner agrees with JSON.parse on what is JSON', () => {
 describe('scanning in slices', () => {
   const bodies = [
     ...AMBIGUOUS.map(([, body]) => body),
-    JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'x'.repeat(300), n: [1, 2.5e3, true, null] } } }, { jsonrpc: '2.0', method: 'notifications/initialized' }]),
+    JSON.stringify([
+      {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'echo', arguments: { text: 'x'.repeat(300), n: [1, 2.5e3, true, null] } },
+      },
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+    ]),
     '{"jsonrpc":"2.0","id":"a\\u00e9\\ud83d\\ude00","method":"prompts/get","params":{"name":"caf\u00e9"}}',
     '[' + '[]'.repeat(50) + ']',
     '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}} x',

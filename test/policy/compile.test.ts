@@ -151,8 +151,14 @@ describe('compiled lookup', () => {
   /** The plain reading of the spec: try each rule in order. */
   function reference(p: PolicyConfig, identity: string, tenant: string, method: string, target: string): number {
     return p.rules.findIndex((rule) => {
-      const methodOk = rule.method === '*' || rule.method === method || (rule.method.endsWith('/*') && method.startsWith(rule.method.slice(0, -1)))
-      return methodOk && new Glob(rule.identity).matches(identity) && (rule.tenant === null || new Glob(rule.tenant).matches(tenant)) && new Glob(rule.tool).matches(target)
+      const methodOk =
+        rule.method === '*' || rule.method === method || (rule.method.endsWith('/*') && method.startsWith(rule.method.slice(0, -1)))
+      return (
+        methodOk &&
+        new Glob(rule.identity).matches(identity) &&
+        (rule.tenant === null || new Glob(rule.tenant).matches(tenant)) &&
+        new Glob(rule.tool).matches(target)
+      )
     })
   }
 
@@ -173,8 +179,11 @@ describe('compiled lookup', () => {
       const count = 1 + Math.floor(next() * 40)
       for (let i = 0; i < count; i++) {
         rules.push({
-          identity: pick(identityPatterns), tenant: pick(tenantPatterns), method: pick(methodPatterns),
-          tool: pick(targetPatterns), effect: next() < 0.5 ? 'allow' : 'deny',
+          identity: pick(identityPatterns),
+          tenant: pick(tenantPatterns),
+          method: pick(methodPatterns),
+          tool: pick(targetPatterns),
+          effect: next() < 0.5 ? 'allow' : 'deny',
         })
       }
       const p = policy(next() < 0.5 ? 'allow' : 'deny', rules)
@@ -194,7 +203,8 @@ describe('compiled lookup', () => {
     const compiled = compilePolicy(config.policy as PolicyConfig)
     const effect = (identity: string, tenant: string, method: string, target: string): Effect =>
       compiled.effectOf(compiled.match(identity, tenant, method, target))
-    for (const tool of ['echo', 'add', 'whoami', 'count_slowly', 'expensive_tool']) expect(effect('alice', 'acme', 'tools/call', tool)).toBe('allow')
+    for (const tool of ['echo', 'add', 'whoami', 'count_slowly', 'expensive_tool'])
+      expect(effect('alice', 'acme', 'tools/call', tool)).toBe('allow')
     expect(effect('alice', 'acme', 'resources/read', 'example://readme')).toBe('allow')
     expect(effect('alice', 'acme', 'prompts/get', 'greeting')).toBe('allow')
     expect(effect('alice', 'guest', 'tools/call', 'expensive_tool')).toBe('deny')

@@ -61,7 +61,10 @@ describe('policy configuration', () => {
   test('a policy_file is read relative to the config file, and its problems name the file', () => {
     const dir = tempDir('wardline-policy-')
     writeFileSync(join(dir, 'good.yaml'), 'default: allow\nrules:\n  - { identity: intern, tool: expensive_tool, effect: deny }\n')
-    writeFileSync(join(dir, 'bad.yaml'), 'default: perhaps\nrules:\n  - { identity: a, tool: t }\n  - { identity: a, tool: t, effect: deny, method: prompts/fetch }\n')
+    writeFileSync(
+      join(dir, 'bad.yaml'),
+      'default: perhaps\nrules:\n  - { identity: a, tool: t }\n  - { identity: a, tool: t, effect: deny, method: prompts/fetch }\n',
+    )
 
     const good = parseConfig(`${BASE}policy_file: good.yaml\n`, { env: {}, baseDir: dir })
     expect(good.policy).toEqual({
@@ -82,15 +85,23 @@ describe('policy configuration', () => {
     const dir = tempDir('wardline-policy-')
     writeFileSync(join(dir, 'broken.yaml'), 'default: [allow\n')
     writeFileSync(join(dir, 'list.yaml'), '- default: allow\n')
-    expect(problems(`${BASE}policy_file: nowhere.yaml\n`, dir)).toEqual([`policy_file: ${join(dir, 'nowhere.yaml')} cannot be read (ENOENT)`])
-    expect(problems(`${BASE}policy_file: broken.yaml\n`, dir)).toEqual([expect.stringMatching(new RegExp(`^${join(dir, 'broken.yaml')}: not valid YAML: `))])
-    expect(problems(`${BASE}policy_file: list.yaml\n`, dir)).toEqual([`${join(dir, 'list.yaml')}: must be a mapping with default and rules`])
+    expect(problems(`${BASE}policy_file: nowhere.yaml\n`, dir)).toEqual([
+      `policy_file: ${join(dir, 'nowhere.yaml')} cannot be read (ENOENT)`,
+    ])
+    expect(problems(`${BASE}policy_file: broken.yaml\n`, dir)).toEqual([
+      expect.stringMatching(new RegExp(`^${join(dir, 'broken.yaml')}: not valid YAML: `)),
+    ])
+    expect(problems(`${BASE}policy_file: list.yaml\n`, dir)).toEqual([
+      `${join(dir, 'list.yaml')}: must be a mapping with default and rules`,
+    ])
     expect(problems(`${BASE}policy_file: x.yaml\npolicy: { default: allow }\n`, dir)).toEqual([
       'policy_file: cannot be used together with an inline policy: keep one of the two',
     ])
     expect(problems(`${BASE}policy: deny everything\n`)).toEqual(['policy: must be a mapping with default and rules'])
     // A blank value fails closed as a config error: read as "no policy" it would allow every call.
-    expect(problems(`${BASE}policy_file:\n`)).toEqual(['policy_file: is empty: give the path of a policy file, or remove the key to run without a policy'])
+    expect(problems(`${BASE}policy_file:\n`)).toEqual([
+      'policy_file: is empty: give the path of a policy file, or remove the key to run without a policy',
+    ])
     expect(problems(`${BASE}policy:\n`)).toEqual(['policy: must be a mapping with default and rules'])
   })
 
@@ -112,13 +123,17 @@ describe('wardline check-config', () => {
     // The CLI is tested as operators run it, compiled; say so plainly when the build is missing or older than this code.
     const built = join(process.cwd(), 'dist/src/config/policy.js')
     if (!existsSync(cli) || !existsSync(built)) throw new Error(`${cli} is missing: run npm run build first`)
-    if (statSync(built).mtimeMs < statSync(join(process.cwd(), 'src/config/policy.ts')).mtimeMs) throw new Error('dist/ is older than src/config/policy.ts: run npm run build first')
+    if (statSync(built).mtimeMs < statSync(join(process.cwd(), 'src/config/policy.ts')).mtimeMs)
+      throw new Error('dist/ is older than src/config/policy.ts: run npm run build first')
   })
 
   test('reports every policy problem with its rule index and exits 1', () => {
     const dir = tempDir('wardline-check-')
     const file = join(dir, 'wardline.yaml')
-    writeFileSync(file, `${BASE}policy:\n  default: allow\n  rules:\n    - { identity: a, tool: t, effect: allow }\n    - { identity: a, tool: t, effect: nope }\n    - { identity: a, effect: deny }\n`)
+    writeFileSync(
+      file,
+      `${BASE}policy:\n  default: allow\n  rules:\n    - { identity: a, tool: t, effect: allow }\n    - { identity: a, tool: t, effect: nope }\n    - { identity: a, effect: deny }\n`,
+    )
     const run = checkConfig(file)
     expect(run.status).toBe(1)
     expect(run.stderr).toContain(`${file}: 2 problems`)

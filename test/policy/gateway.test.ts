@@ -31,7 +31,11 @@ interface Reply {
 }
 
 async function post(h: Harness, body: unknown, identity = 'alice', tenant = 'acme'): Promise<Reply> {
-  const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...as(identity, tenant), ...MCP_HEADERS }, body: JSON.stringify(body) })
+  const res = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...as(identity, tenant), ...MCP_HEADERS },
+    body: JSON.stringify(body),
+  })
   return { status: res.status, headers: res.headers, json: await res.json() }
 }
 
@@ -65,7 +69,15 @@ describe('policy at the gateway', () => {
     expect(reply.json).toEqual(FORBIDDEN('call-7'))
     expect(upstreamRequests).toBe(0)
     expect(entries).toEqual([
-      expect.objectContaining({ identity: 'intern-sam', tenant: 'acme', method: 'tools/call', tool: 'expensive_tool', decision: 'deny', status: 403, reason: 'rule 0' }),
+      expect.objectContaining({
+        identity: 'intern-sam',
+        tenant: 'acme',
+        method: 'tools/call',
+        tool: 'expensive_tool',
+        decision: 'deny',
+        status: 403,
+        reason: 'rule 0',
+      }),
     ])
   })
 
@@ -86,7 +98,10 @@ describe('policy at the gateway', () => {
     expect((await post(h, toolCall('echo', { text: 'a' }), 'alice', 'globex')).status).toBe(403)
     expect((await post(h, toolCall('echo', { text: 'a' }), 'alice', 'acme')).status).toBe(200)
     const last = (await h.audit()).slice(-2)
-    expect(last.map((e) => [e.tenant, e.decision, e.reason])).toEqual([['globex', 'deny', 'rule 1'], ['acme', 'allow', undefined]])
+    expect(last.map((e) => [e.tenant, e.decision, e.reason])).toEqual([
+      ['globex', 'deny', 'rule 1'],
+      ['acme', 'allow', undefined],
+    ])
   })
 
   test('resources and prompts are gated by their own rules; the default denies what no rule allows', async () => {
@@ -114,7 +129,9 @@ describe('policy at the gateway', () => {
       expect(reply.json).toEqual(FORBIDDEN(11))
     })
     expect(upstreamRequests).toBe(0)
-    expect(entries).toEqual([expect.objectContaining({ method: 'resources/read', tool: 'file:///etc/passwd', decision: 'deny', reason: 'default' })])
+    expect(entries).toEqual([
+      expect.objectContaining({ method: 'resources/read', tool: 'file:///etc/passwd', decision: 'deny', reason: 'default' }),
+    ])
   })
 
   test('methods that policy does not gate pass through even under a default deny', async () => {
@@ -154,7 +171,7 @@ describe('policy after the budget', () => {
     await h.close()
   })
 
-  test('a call that policy denies still counts against the caller\'s budget (budget runs first)', async () => {
+  test("a call that policy denies still counts against the caller's budget (budget runs first)", async () => {
     expect((await post(h, toolCall('expensive_tool', {}, 1), 'dave')).status).toBe(403)
     expect((await post(h, toolCall('expensive_tool', {}, 2), 'dave')).status).toBe(403)
     const third = await post(h, toolCall('echo', { text: 'x' }, 3), 'dave')
@@ -227,19 +244,33 @@ describe('without a policy', () => {
         done()
       },
     })
-    const log = winston.createLogger({ level: 'info', format: winston.format.json(), transports: [new winston.transports.Stream({ stream: sink })] })
+    const log = winston.createLogger({
+      level: 'info',
+      format: winston.format.json(),
+      transports: [new winston.transports.Stream({ stream: sink })],
+    })
     const upstream = await startExampleServer({ mode: 'stateless-json' })
     const dir = tempDir()
     const gateway = await startGateway(
-      configFrom({ listen: '127.0.0.1:0', upstream: upstream.url, auth: { mode: 'header' }, audit: { output: join(dir, 'audit.jsonl') } }, {}, dir),
+      configFrom(
+        { listen: '127.0.0.1:0', upstream: upstream.url, auth: { mode: 'header' }, audit: { output: join(dir, 'audit.jsonl') } },
+        {},
+        dir,
+      ),
       { log },
     )
     try {
-      expect(lines.map((line) => JSON.parse(line))).toContainEqual(expect.objectContaining({
-        level: 'warn',
-        message: 'no policy configured (policy or policy_file): every tool, resource and prompt call is allowed',
-      }))
-      const res = await fetch(`${gateway.url}/mcp`, { method: 'POST', headers: { ...as('anyone'), ...MCP_HEADERS }, body: JSON.stringify(toolCall('expensive_tool')) })
+      expect(lines.map((line) => JSON.parse(line))).toContainEqual(
+        expect.objectContaining({
+          level: 'warn',
+          message: 'no policy configured (policy or policy_file): every tool, resource and prompt call is allowed',
+        }),
+      )
+      const res = await fetch(`${gateway.url}/mcp`, {
+        method: 'POST',
+        headers: { ...as('anyone'), ...MCP_HEADERS },
+        body: JSON.stringify(toolCall('expensive_tool')),
+      })
       expect(res.status).toBe(200)
     } finally {
       await gateway.shutdown()

@@ -40,7 +40,11 @@ async function start(): Promise<Setup> {
 
 async function send(h: Harness, identity: string, count: number): Promise<void> {
   for (let i = 0; i < count; i++) {
-    const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(toolCall('echo', { text: 'x' }, i)) })
+    const res = await fetch(`${h.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, ...as(identity) },
+      body: JSON.stringify(toolCall('echo', { text: 'x' }, i)),
+    })
     expect(res.status).toBe(200)
     await res.arrayBuffer()
   }
@@ -62,7 +66,9 @@ test('with the database hung, audit entries reach the spill file within the retr
     proxy.pause()
     await send(h, 'hung', 10)
     await Promise.all(h.gateway.audit.writers.filter((w) => w.sink.name !== 'postgres').map((w) => w.flush()))
-    const ids = readJsonl(join(dir, 'audit.jsonl')).filter((e) => e.identity === 'hung').map((e) => e.request_id)
+    const ids = readJsonl(join(dir, 'audit.jsonl'))
+      .filter((e) => e.identity === 'hung')
+      .map((e) => e.request_id)
     expect(ids).toHaveLength(10)
     const started = performance.now()
     const giveUpAt = started + 20_000
@@ -94,7 +100,9 @@ test('a shutdown while the database hangs finishes in bounded time with every en
   }
   // The batch in flight gets the rest of its retry bound, the closing replay at most 3 s.
   expect(shutdownMs).toBeLessThan(DEFAULT_RETRY_BOUND_MS + 3000 + 2000)
-  const ids = readJsonl(join(dir, 'audit.jsonl')).filter((e) => e.identity === 'sigterm').map((e) => e.request_id)
+  const ids = readJsonl(join(dir, 'audit.jsonl'))
+    .filter((e) => e.identity === 'sigterm')
+    .map((e) => e.request_id)
   expect(ids).toHaveLength(20)
   const spilled = spilledIds(spillFile)
   const stored = await tableIds()

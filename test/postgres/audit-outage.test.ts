@@ -37,12 +37,18 @@ function postgresWriter(h: Harness): AuditWriter {
 }
 
 async function rowsPerRequest(): Promise<Map<string, number>> {
-  const r = await withClient(dsn, (c) => c.query<{ request_id: string; n: number }>('SELECT request_id, count(*)::int AS n FROM audit_entries GROUP BY request_id'))
+  const r = await withClient(dsn, (c) =>
+    c.query<{ request_id: string; n: number }>('SELECT request_id, count(*)::int AS n FROM audit_entries GROUP BY request_id'),
+  )
   return new Map(r.rows.map((row) => [row.request_id, row.n]))
 }
 
 async function send(h: Harness, identity: string, id: number): Promise<number> {
-  const res = await fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(toolCall('echo', { text: 'x' }, id)) })
+  const res = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...as(identity) },
+    body: JSON.stringify(toolCall('echo', { text: 'x' }, id)),
+  })
   await res.arrayBuffer()
   return res.status
 }

@@ -29,12 +29,18 @@ function compose(file: string): { services: Record<string, Service>; volumes?: R
 
 /** Compose's ${VAR:-default} and ${VAR:?message}, resolved the way `docker compose` would with no .env. */
 function interpolate(text: string, env: Record<string, string>): string {
-  return text.replace(/\$\{(\w+)(?::([-?])([^}]*))?\}/g, (_, name: string, op: string | undefined, arg: string) => env[name] ?? (op === '-' ? arg : ''))
+  return text.replace(
+    /\$\{(\w+)(?::([-?])([^}]*))?\}/g,
+    (_, name: string, op: string | undefined, arg: string) => env[name] ?? (op === '-' ? arg : ''),
+  )
 }
 
 const base = compose('docker-compose.yml')
 const replicas = compose('docker-compose.replicas.yml')
-const gateways: Array<[string, Service]> = [['wardline', base.services.wardline], ['wardline-2', replicas.services['wardline-2']]]
+const gateways: Array<[string, Service]> = [
+  ['wardline', base.services.wardline],
+  ['wardline-2', replicas.services['wardline-2']],
+]
 const dockerfile = readFileSync(join(root, 'Dockerfile'), 'utf8')
 
 /** A healthcheck's command as argv: CMD's list as it is, CMD-SHELL's string split on blanks. */
@@ -96,7 +102,9 @@ test.each(gateways)('%s mounts the example config, which validates and agrees wi
   const mount = (svc.volumes ?? []).find((v) => v.endsWith(':/etc/wardline/wardline.yaml:ro'))
   expect(mount).toBe('./examples/wardline.postgres.yaml:/etc/wardline/wardline.yaml:ro')
   expect(svc.command).toEqual(['serve', '--config', '/etc/wardline/wardline.yaml'])
-  const env = Object.fromEntries(Object.entries(svc.environment ?? {}).map(([k, v]) => [k, interpolate(v, { WARDLINE_JWT_SECRET: 'x'.repeat(32) })]))
+  const env = Object.fromEntries(
+    Object.entries(svc.environment ?? {}).map(([k, v]) => [k, interpolate(v, { WARDLINE_JWT_SECRET: 'x'.repeat(32) })]),
+  )
   const config = loadConfig(join(root, 'examples', 'wardline.postgres.yaml'), env)
 
   expect(config.features).toEqual({ budgetEnforcement: true, postgresStorage: true })

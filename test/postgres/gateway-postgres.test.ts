@@ -24,10 +24,16 @@ function postgresConfig(dsn: string, extra: { budget?: Record<string, unknown>; 
 }
 
 async function call(h: Harness, identity: string, id: number | string = 1): Promise<Response> {
-  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(toolCall('echo', { text: 'hi' }, id)) })
+  return fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...as(identity) },
+    body: JSON.stringify(toolCall('echo', { text: 'hi' }, id)),
+  })
 }
 
-async function auditRows(): Promise<Array<{ request_id: string; decision: string; status: number; reason: string | null; identity: string; tool: string }>> {
+async function auditRows(): Promise<
+  Array<{ request_id: string; decision: string; status: number; reason: string | null; identity: string; tool: string }>
+> {
   return (await pool.query('SELECT request_id, decision, status, reason, identity, tool FROM audit_entries ORDER BY id')).rows
 }
 
@@ -59,9 +65,22 @@ async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number):
 describe('gateway with postgres_storage', () => {
   test('startup fails with one clear line within a few seconds when the database is unreachable', async () => {
     const dir = tempDir()
-    const config = configFrom({ listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:9', auth: { mode: 'header' }, audit: { output: `${dir}/a.jsonl` }, ...postgresConfig('postgres://postgres@127.0.0.1:1/none') }, {}, dir)
+    const config = configFrom(
+      {
+        listen: '127.0.0.1:0',
+        upstream: 'http://127.0.0.1:9',
+        auth: { mode: 'header' },
+        audit: { output: `${dir}/a.jsonl` },
+        ...postgresConfig('postgres://postgres@127.0.0.1:1/none'),
+      },
+      {},
+      dir,
+    )
     const started = performance.now()
-    const err = await startGateway(config, { log: silentLogger() }).then(() => null, (e: unknown) => e)
+    const err = await startGateway(config, { log: silentLogger() }).then(
+      () => null,
+      (e: unknown) => e,
+    )
     expect(performance.now() - started).toBeLessThan(5000)
     expect(err).toMatchObject({ code: 'WL_POSTGRES_UNAVAILABLE' })
     expect(describeError(err)).toMatch(/^postgres is unreachable.*ECONNREFUSED/)
@@ -71,11 +90,21 @@ describe('gateway with postgres_storage', () => {
   test('startup fails when the spill file cannot be written, rather than losing entries at the first outage', async () => {
     const dir = tempDir()
     writeFileSync(join(dir, 'a-file'), '')
-    const config = configFrom({
-      listen: '127.0.0.1:0', upstream: 'http://127.0.0.1:9', auth: { mode: 'header' },
-      audit: { output: `${dir}/a.jsonl`, spill_file: `${dir}/a-file/spill.jsonl` }, ...postgresConfig(db.url),
-    }, {}, dir)
-    const err = await startGateway(config, { log: silentLogger() }).then(() => null, (e: unknown) => e)
+    const config = configFrom(
+      {
+        listen: '127.0.0.1:0',
+        upstream: 'http://127.0.0.1:9',
+        auth: { mode: 'header' },
+        audit: { output: `${dir}/a.jsonl`, spill_file: `${dir}/a-file/spill.jsonl` },
+        ...postgresConfig(db.url),
+      },
+      {},
+      dir,
+    )
+    const err = await startGateway(config, { log: silentLogger() }).then(
+      () => null,
+      (e: unknown) => e,
+    )
     expect(err).toMatchObject({ code: 'WL_CONFIG_INVALID' })
     expect(describeError(err)).toMatch(/^audit\.spill_file: cannot open .*a-file\/spill\.jsonl for appending \(E[A-Z]+\)/)
   })
@@ -96,7 +125,9 @@ describe('gateway with postgres_storage', () => {
       expect(await countOf(identityKey('acme', 'carol'))).toBe(3)
       const jsonl = (await h.audit()).filter((e) => e.identity === 'carol')
       const rows = (await auditRows()).filter((r) => r.identity === 'carol')
-      expect(rows.map((r) => [r.request_id, r.decision, r.status, r.tool])).toEqual(jsonl.map((e) => [e.request_id, e.decision, e.status, e.tool]))
+      expect(rows.map((r) => [r.request_id, r.decision, r.status, r.tool])).toEqual(
+        jsonl.map((e) => [e.request_id, e.decision, e.status, e.tool]),
+      )
       expect(rows.map((r) => r.decision)).toEqual(['allow', 'allow', 'allow', 'throttled'])
       expect(rows[0].reason).toBeNull() // an ordinary allow keeps an empty reason
     })
@@ -105,7 +136,11 @@ describe('gateway with postgres_storage', () => {
       const res = await fetch(`${h.url}/readyz`)
       expect(res.status).toBe(200)
       const body = await res.json()
-      expect(body).toMatchObject({ status: 'ready', checks: { postgres: { ok: true, audit_spill_pending: false } }, budget_fail_opens_last_minute: 0 })
+      expect(body).toMatchObject({
+        status: 'ready',
+        checks: { postgres: { ok: true, audit_spill_pending: false } },
+        budget_fail_opens_last_minute: 0,
+      })
     })
   })
 
@@ -119,7 +154,10 @@ describe('gateway with postgres_storage', () => {
     })
 
     test('a stopped database fails open: the call is forwarded, the audit says why, /readyz turns 503', async () => {
-      const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(proxy.urlFor(db.url), { budget: { check_timeout_seconds: 1 } }) })
+      const h = await startHarness({
+        mode: 'stateless-json',
+        config: postgresConfig(proxy.urlFor(db.url), { budget: { check_timeout_seconds: 1 } }),
+      })
       try {
         proxy.refuse()
         const res = await call(h, 'dave')
@@ -140,7 +178,10 @@ describe('gateway with postgres_storage', () => {
     })
 
     test('with on_store_error closed a stopped database gives 503 with Retry-After, and the audit says why', async () => {
-      const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(proxy.urlFor(db.url), { budget: { on_store_error: 'closed', check_timeout_seconds: 1 } }) })
+      const h = await startHarness({
+        mode: 'stateless-json',
+        config: postgresConfig(proxy.urlFor(db.url), { budget: { on_store_error: 'closed', check_timeout_seconds: 1 } }),
+      })
       try {
         proxy.refuse()
         const res = await call(h, 'erin', 7)
@@ -173,7 +214,7 @@ describe('gateway with postgres_storage', () => {
     }
   })
 
-  test('a reload that shortens check_timeout_seconds shortens the store\'s bound too (no ghost increment), and keeps the fail-open count', async () => {
+  test("a reload that shortens check_timeout_seconds shortens the store's bound too (no ghost increment), and keeps the fail-open count", async () => {
     const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(db.url, { budget: { check_timeout_seconds: 5 } }) })
     const key = identityKey('acme', 'grace')
     try {
@@ -190,7 +231,10 @@ describe('gateway with postgres_storage', () => {
   })
 
   test('a pool of 2 under 200 concurrent checks answers every call in bounded time and counts its fail-opens', async () => {
-    const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(db.url, { maxConnections: 2, budget: { check_timeout_seconds: 1, requests_per_window: 100_000 } }) })
+    const h = await startHarness({
+      mode: 'stateless-json',
+      config: postgresConfig(db.url, { maxConnections: 2, budget: { check_timeout_seconds: 1, requests_per_window: 100_000 } }),
+    })
     try {
       const started = performance.now()
       const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => call(h, `load-${i % 20}`, i)))
@@ -209,7 +253,9 @@ describe('gateway with postgres_storage', () => {
     }
     // Once the gateway stopped (refunds of verdicts that arrived too late are done by then), the
     // table holds exactly the admitted checks: a call that failed open charged nothing.
-    const failedOpen = (await h.audit()).filter((e) => e.identity.startsWith('load-') && e.reason?.startsWith('budget check failed open')).length
+    const failedOpen = (await h.audit()).filter(
+      (e) => e.identity.startsWith('load-') && e.reason?.startsWith('budget check failed open'),
+    ).length
     const charged = await pool.query<{ n: number }>("SELECT coalesce(sum(count), 0)::int AS n FROM budget_buckets WHERE key LIKE '%load-%'")
     expect(charged.rows[0].n).toBe(200 - failedOpen)
   })

@@ -34,7 +34,10 @@ test('five replicas migrating at once apply each migration exactly once and all 
 test('a database migrated by a newer Wardline is refused instead of used', async () => {
   await pools[0].query("INSERT INTO wardline_schema_migrations (version, name) VALUES (999, 'from the future')")
   try {
-    await expect(migrate(pools[1], silentLogger())).rejects.toMatchObject({ code: 'WL_POSTGRES_UNAVAILABLE', message: expect.stringMatching(/newer than this Wardline knows/) })
+    await expect(migrate(pools[1], silentLogger())).rejects.toMatchObject({
+      code: 'WL_POSTGRES_UNAVAILABLE',
+      message: expect.stringMatching(/newer than this Wardline knows/),
+    })
   } finally {
     await pools[0].query('DELETE FROM wardline_schema_migrations WHERE version = 999')
   }
@@ -88,7 +91,8 @@ describe('budget reaper', () => {
     const started = performance.now()
     reaper.start()
     try {
-      const remaining = async (): Promise<number> => (await pools[0].query<{ n: number }>('SELECT count(*)::int AS n FROM budget_buckets')).rows[0].n
+      const remaining = async (): Promise<number> =>
+        (await pools[0].query<{ n: number }>('SELECT count(*)::int AS n FROM budget_buckets')).rows[0].n
       while ((await remaining()) > 0 && performance.now() - started < 5000) await new Promise((r) => setTimeout(r, 20))
       expect(await remaining()).toBe(0)
       expect(performance.now() - started).toBeLessThan(1200) // the first interval, then back-to-back runs

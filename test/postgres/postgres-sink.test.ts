@@ -26,7 +26,18 @@ afterAll(async () => {
 })
 
 function entry(id: string, extra: Partial<AuditEntry> = {}): AuditEntry {
-  return { timestamp: '2025-01-02T03:04:05.678Z', request_id: id, identity: 'alice', tenant: 'acme', method: 'tools/call', tool: 'echo', decision: 'allow', status: 200, latency_ms: 1.25, ...extra }
+  return {
+    timestamp: '2025-01-02T03:04:05.678Z',
+    request_id: id,
+    identity: 'alice',
+    tenant: 'acme',
+    method: 'tools/call',
+    tool: 'echo',
+    decision: 'allow',
+    status: 200,
+    latency_ms: 1.25,
+    ...extra,
+  }
 }
 
 test('a batch lands as rows whose columns mirror the JSONL fields, optional ones as NULL', async () => {
@@ -46,7 +57,9 @@ test('writing the same entries again (a retry after a timeout, a replay) adds no
   await sink.write(batch)
   await sink.write(batch)
   await sink.write([entry('d-2'), entry('d-4')])
-  const rows = await pool.query<{ request_id: string }>("SELECT request_id FROM audit_entries WHERE request_id LIKE 'd-%' ORDER BY request_id")
+  const rows = await pool.query<{ request_id: string }>(
+    "SELECT request_id FROM audit_entries WHERE request_id LIKE 'd-%' ORDER BY request_id",
+  )
   expect(rows.rows.map((r) => r.request_id)).toEqual(['d-1', 'd-2', 'd-3', 'd-4'])
 })
 
@@ -56,7 +69,15 @@ test('a spill replay quarantines a line torn by a crash once and keeps the file 
   appendFileSync(spill.path, '{"timestamp":"2025-01-02T03:0')
   const bad: string[] = []
   const hooks = { onRejected: (line: string) => bad.push(line) }
-  await expect(spill.replay(async () => { throw new Error('database down') }, 10, hooks)).rejects.toThrow('database down')
+  await expect(
+    spill.replay(
+      async () => {
+        throw new Error('database down')
+      },
+      10,
+      hooks,
+    ),
+  ).rejects.toThrow('database down')
   expect(spill.hasEntries).toBe(true)
   const sink = new PostgresAuditSink(pool)
   expect(await spill.replay((b) => sink.write(b), 10, hooks)).toBe(2)
@@ -71,15 +92,26 @@ test('a spill replay quarantines a line torn by a crash once and keeps the file 
 test('NUL characters in any text field are stored as U+FFFD instead of failing the batch', async () => {
   const sink = new PostgresAuditSink(pool)
   const nul = entry('n-\u0000-1', {
-    identity: 'al\u0000ice', tenant: 'ac\u0000me', method: 'tools/\u0000call', tool: 'ec\u0000ho',
-    reason: 'invalid JSON: Unexpected token \u0000 in JSON at position 3', session_id: 's\u0000',
+    identity: 'al\u0000ice',
+    tenant: 'ac\u0000me',
+    method: 'tools/\u0000call',
+    tool: 'ec\u0000ho',
+    reason: 'invalid JSON: Unexpected token \u0000 in JSON at position 3',
+    session_id: 's\u0000',
   })
   await sink.write([entry('n-ok-1'), nul, entry('n-ok-2')])
-  const rows = await pool.query("SELECT request_id, identity, tenant, method, tool, reason, session_id FROM audit_entries WHERE request_id LIKE 'n-%' ORDER BY id")
+  const rows = await pool.query(
+    "SELECT request_id, identity, tenant, method, tool, reason, session_id FROM audit_entries WHERE request_id LIKE 'n-%' ORDER BY id",
+  )
   expect(rows.rows.map((r) => r.request_id)).toEqual(['n-ok-1', 'n-\uFFFD-1', 'n-ok-2'])
   expect(rows.rows[1]).toEqual({
-    request_id: 'n-\uFFFD-1', identity: 'al\uFFFDice', tenant: 'ac\uFFFDme', method: 'tools/\uFFFDcall', tool: 'ec\uFFFDho',
-    reason: 'invalid JSON: Unexpected token \uFFFD in JSON at position 3', session_id: 's\uFFFD',
+    request_id: 'n-\uFFFD-1',
+    identity: 'al\uFFFDice',
+    tenant: 'ac\uFFFDme',
+    method: 'tools/\uFFFDcall',
+    tool: 'ec\uFFFDho',
+    reason: 'invalid JSON: Unexpected token \uFFFD in JSON at position 3',
+    session_id: 's\uFFFD',
   })
 })
 
@@ -98,11 +130,18 @@ test('a replay moves lines the database refuses on their own to the quarantine f
   })
   expect(replayed).toBe(4)
   expect(spill.hasEntries).toBe(false)
-  const rows = await pool.query<{ request_id: string }>("SELECT request_id FROM audit_entries WHERE request_id LIKE 'q-%' ORDER BY request_id")
+  const rows = await pool.query<{ request_id: string }>(
+    "SELECT request_id FROM audit_entries WHERE request_id LIKE 'q-%' ORDER BY request_id",
+  )
   expect(rows.rows.map((r) => r.request_id)).toEqual(['q-1', 'q-2', 'q-3', 'q-4'])
   expect(rejected.map((r) => r.line)).toEqual([JSON.stringify(refused), 'not json at all', JSON.stringify(missing)])
   expect(rejected[0].why).toMatch(/refused by the sink: .*timestamp|time/i)
-  expect(readFileSync(spill.rejectedPath, 'utf8').split('\n')).toEqual([JSON.stringify(refused), 'not json at all', JSON.stringify(missing), ''])
+  expect(readFileSync(spill.rejectedPath, 'utf8').split('\n')).toEqual([
+    JSON.stringify(refused),
+    'not json at all',
+    JSON.stringify(missing),
+    '',
+  ])
 })
 
 test('a replay stops, keeping the file, when the database is down rather than quarantining entries', async () => {
@@ -128,7 +167,9 @@ test('entries appended after a line torn by a crash are replayed: the torn line 
   const rejected: string[] = []
   expect(await spill.replay((b) => sink.write(b), 10, { onRejected: (line) => rejected.push(line) })).toBe(3)
   expect(rejected).toEqual([JSON.stringify(entry('t-torn')).slice(0, 40)])
-  const rows = await pool.query<{ request_id: string }>("SELECT request_id FROM audit_entries WHERE request_id LIKE 't-%' ORDER BY request_id")
+  const rows = await pool.query<{ request_id: string }>(
+    "SELECT request_id FROM audit_entries WHERE request_id LIKE 't-%' ORDER BY request_id",
+  )
   expect(rows.rows.map((r) => r.request_id)).toEqual(['t-1', 't-2', 't-3'])
 })
 

@@ -56,7 +56,12 @@ describe('PostgresBudgetStore', () => {
     const a = bucket(toolKey('a'), 150)
     const b = bucket(tenantKey('b'), 150)
     const c = bucket(identityKey('acme', 'c'), 150)
-    const orders: BucketCharge[][] = [[a, b, c], [c, b, a], [b, c, a], [a, c, b]]
+    const orders: BucketCharge[][] = [
+      [a, b, c],
+      [c, b, a],
+      [b, c, a],
+      [a, c, b],
+    ]
     const results = await Promise.all(Array.from({ length: 200 }, (_, i) => store.admit(orders[i % orders.length])))
     expect(results.filter((r) => r.admitted)).toHaveLength(150)
     expect(await countOf(a.key)).toBe(150)
@@ -67,7 +72,11 @@ describe('PostgresBudgetStore', () => {
   test('refunds running beside checks on the same buckets never deadlock and leave exact counts', async () => {
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 10_000 })
     // Tier order (tool → tenant → identity) is the reverse of key order for these keys, as in production.
-    const charges = [bucket(toolKey('search'), 1_000_000), bucket(tenantKey('acme'), 1_000_000), bucket(identityKey('acme', 'alice'), 1_000_000)]
+    const charges = [
+      bucket(toolKey('search'), 1_000_000),
+      bucket(tenantKey('acme'), 1_000_000),
+      bucket(identityKey('acme', 'alice'), 1_000_000),
+    ]
     expect(charges.map((c) => c.key)).not.toEqual(charges.map((c) => c.key).sort())
     await store.admit(charges)
     const ends = (await pool.query<{ key: string; ends: string }>('SELECT key, ends_at::text AS ends FROM budget_buckets')).rows

@@ -27,7 +27,9 @@ describe('test Postgres provisioning', () => {
     held.on('error', () => undefined)
     await held.connect()
     await extra.drop()
-    const left = await withClient(extra.adminUrl, (c) => c.query('SELECT count(*)::int AS n FROM pg_database WHERE datname = $1', [extra.name]))
+    const left = await withClient(extra.adminUrl, (c) =>
+      c.query('SELECT count(*)::int AS n FROM pg_database WHERE datname = $1', [extra.name]),
+    )
     expect(left.rows[0].n).toBe(0)
     await held.end().catch(() => undefined)
   })

@@ -73,11 +73,13 @@ test('through the gateway, 200 concurrent /readyz requests cost at most 2 pings'
   })
   try {
     const before = proxy.roundTrips
-    const statuses = await Promise.all(Array.from({ length: 200 }, async () => {
-      const res = await fetch(`${h.url}/readyz`)
-      await res.arrayBuffer()
-      return res.status
-    }))
+    const statuses = await Promise.all(
+      Array.from({ length: 200 }, async () => {
+        const res = await fetch(`${h.url}/readyz`)
+        await res.arrayBuffer()
+        return res.status
+      }),
+    )
     expect(statuses.every((s) => s === 200)).toBe(true)
     expect(proxy.roundTrips - before).toBeLessThanOrEqual(2)
     expect(proxy.roundTrips - before).toBeGreaterThanOrEqual(1)

@@ -14,7 +14,11 @@ beforeAll(async () => ({ db, pool } = await openTestDatabase(2)))
 afterAll(() => closeTestDatabase({ db, pool }))
 
 function call(h: Harness, identity: string, id: number): Promise<Response> {
-  return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body: JSON.stringify(toolCall('echo', { text: 'hi' }, id)) })
+  return fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...as(identity) },
+    body: JSON.stringify(toolCall('echo', { text: 'hi' }, id)),
+  })
 }
 
 test('/readyz stays 200 while the one pooled connection is busy and the database answers, and is 503 once it does not', async () => {
@@ -36,7 +40,14 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
     await holder.query('BEGIN')
     await holder.query('SELECT * FROM budget_buckets FOR UPDATE')
     pending.push(call(h, 'busy', 1))
-    await until(async () => (await pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0].n === 1)
+    await until(
+      async () =>
+        (
+          await pool.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+          )
+        ).rows[0].n === 1,
+    )
     pending.push(call(h, 'busy', 2))
     let body: { checks: Record<string, { pool_waiting?: number }> } = { checks: {} }
     await until(async () => {
@@ -59,7 +70,14 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
     proxy.resume()
     await holder.query('COMMIT').catch(() => undefined)
     holder.release()
-    await Promise.all(pending.map((p) => p.then((r) => r.arrayBuffer(), () => undefined)))
+    await Promise.all(
+      pending.map((p) =>
+        p.then(
+          (r) => r.arrayBuffer(),
+          () => undefined,
+        ),
+      ),
+    )
     await h.close()
     await proxy.close()
   }

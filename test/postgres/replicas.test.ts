@@ -15,7 +15,9 @@ interface Replica {
 
 /** Starts `wardline serve` in its own process and reads its address from the "listening" log line. */
 async function startReplica(configFile: string): Promise<Replica> {
-  const child = spawn(process.execPath, [join(__dirname, '..', 'helpers', 'gateway-process.js'), configFile], { stdio: ['ignore', 'ignore', 'pipe'] })
+  const child = spawn(process.execPath, [join(__dirname, '..', 'helpers', 'gateway-process.js'), configFile], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  })
   let log = ''
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -77,28 +79,37 @@ test('two gateway processes on one database admit exactly the shared limit in to
   const files: string[] = []
   for (const name of ['a', 'b']) {
     const file = join(dir, `${name}.yaml`)
-    writeFileSync(file, yaml.dump({
-      listen: '127.0.0.1:0',
-      upstream: upstream.url,
-      log_level: 'info',
-      auth: { mode: 'header' },
-      features: { budget_enforcement: true, postgres_storage: true },
-      postgres: { dsn: db.url, max_connections: 5 },
-      budget: { requests_per_window: 1000, window_seconds: 300, tools: { echo: { requests_per_window: 30, window_seconds: 300 } } },
-      audit: { output: join(dir, `${name}.jsonl`), spill_file: join(dir, `${name}-spill.jsonl`) },
-    }))
+    writeFileSync(
+      file,
+      yaml.dump({
+        listen: '127.0.0.1:0',
+        upstream: upstream.url,
+        log_level: 'info',
+        auth: { mode: 'header' },
+        features: { budget_enforcement: true, postgres_storage: true },
+        postgres: { dsn: db.url, max_connections: 5 },
+        budget: { requests_per_window: 1000, window_seconds: 300, tools: { echo: { requests_per_window: 30, window_seconds: 300 } } },
+        audit: { output: join(dir, `${name}.jsonl`), spill_file: join(dir, `${name}-spill.jsonl`) },
+      }),
+    )
     files.push(file)
   }
   // Started at the same moment: both run the migrations; the advisory lock lets one do it.
   const started = await startAll(files)
   let exitCodes: Array<number | null> = []
   try {
-    const statuses = await Promise.all(Array.from({ length: 100 }, async (_, i) => {
-      const replica = started[i % 2]
-      const res = await fetch(`${replica.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(`user-${i % 7}`) }, body: JSON.stringify(toolCall('echo', { text: 'hi' }, i)) })
-      await res.arrayBuffer()
-      return res.status
-    }))
+    const statuses = await Promise.all(
+      Array.from({ length: 100 }, async (_, i) => {
+        const replica = started[i % 2]
+        const res = await fetch(`${replica.url}/mcp`, {
+          method: 'POST',
+          headers: { ...MCP_HEADERS, ...as(`user-${i % 7}`) },
+          body: JSON.stringify(toolCall('echo', { text: 'hi' }, i)),
+        })
+        await res.arrayBuffer()
+        return res.status
+      }),
+    )
     expect(statuses.filter((s) => s === 200)).toHaveLength(30)
     expect(statuses.filter((s) => s === 429)).toHaveLength(70)
   } finally {
@@ -106,8 +117,13 @@ test('two gateway processes on one database admit exactly the shared limit in to
     exitCodes = await Promise.all(started.map(stop))
   }
   expect(exitCodes).toEqual([0, 0])
-  const decisions = await pool.query<{ decision: string; n: number }>("SELECT decision, count(*)::int AS n FROM audit_entries WHERE tool = 'echo' GROUP BY decision ORDER BY decision")
-  expect(decisions.rows).toEqual([{ decision: 'allow', n: 30 }, { decision: 'throttled', n: 70 }])
+  const decisions = await pool.query<{ decision: string; n: number }>(
+    "SELECT decision, count(*)::int AS n FROM audit_entries WHERE tool = 'echo' GROUP BY decision ORDER BY decision",
+  )
+  expect(decisions.rows).toEqual([
+    { decision: 'allow', n: 30 },
+    { decision: 'throttled', n: 70 },
+  ])
   const migrations = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM wardline_schema_migrations')
   expect(migrations.rows[0].n).toBe(MIGRATIONS.length)
 }, 60_000)

@@ -43,7 +43,9 @@ describe('reloading budget and policy without a restart', () => {
 
   test('a policy added by a reload denies the next call, and the audit names its rule', async () => {
     expect(await call(h, 'echo')).toBe(200)
-    h.gateway.reload(changed(h, { ...h.tree, ...BASE, policy: { default: 'allow', rules: [{ identity: 'alice', tool: 'echo', effect: 'deny' }] } }))
+    h.gateway.reload(
+      changed(h, { ...h.tree, ...BASE, policy: { default: 'allow', rules: [{ identity: 'alice', tool: 'echo', effect: 'deny' }] } }),
+    )
     expect(await call(h, 'echo')).toBe(403)
     const last = (await h.audit()).at(-1)
     expect(last).toMatchObject({ identity: 'alice', tool: 'echo', decision: 'deny', reason: 'rule 0' })
@@ -84,7 +86,10 @@ test('SIGHUP reopens the audit file, so rotation by rename works, whether the co
   try {
     expect(await call(h, 'echo')).toBe(200)
     await h.gateway.audit.flush()
-    for (const [rotated, valid] of [[`${h.auditFile}.1`, true], [`${h.auditFile}.2`, false]] as const) {
+    for (const [rotated, valid] of [
+      [`${h.auditFile}.1`, true],
+      [`${h.auditFile}.2`, false],
+    ] as const) {
       renameSync(h.auditFile, rotated) // what logrotate does before its postrotate kill -HUP
       writeFileSync(file, yaml.dump(valid ? h.tree : { ...h.tree, log_level: 'loud' }))
       expect(reload(file, h.gateway, silentLogger())).toBe(valid)

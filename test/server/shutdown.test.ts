@@ -24,7 +24,10 @@ describe('shutdown with a stream still open', () => {
       const entries = readJsonl(h.auditFile)
       expect(entries).toHaveLength(1)
       expect(entries[0]).toMatchObject({
-        method: 'GET', identity: 'alice', decision: 'passthrough', status: 200,
+        method: 'GET',
+        identity: 'alice',
+        decision: 'passthrough',
+        status: 200,
         reason: 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)',
       })
     } finally {
@@ -42,17 +45,21 @@ describe('draining keep-alive connections', () => {
         res.writeHead(200, { 'content-type': 'application/json' })
         res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
       }
-      if (req.url === '/slow') release = answer // holds the drain open until the test releases it
+      if (req.url === '/slow')
+        release = answer // holds the drain open until the test releases it
       else answer()
     })
     const h = await startHarness({ upstreamUrl: upstream.url, config: { shutdown_grace_seconds: 5 } })
     const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-    const get = (path: string): Promise<{ status: number; connection: string | undefined }> => new Promise((resolve, reject) => {
-      request(`${h.url}${path}`, { agent, headers: as('alice') }, (res) => {
-        res.resume()
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }))
-      }).on('error', reject).end()
-    })
+    const get = (path: string): Promise<{ status: number; connection: string | undefined }> =>
+      new Promise((resolve, reject) => {
+        request(`${h.url}${path}`, { agent, headers: as('alice') }, (res) => {
+          res.resume()
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }))
+        })
+          .on('error', reject)
+          .end()
+      })
     try {
       expect(await get('/first')).toEqual({ status: 200, connection: 'keep-alive' })
       const slow = fetch(`${h.url}/slow`, { headers: as('bob') }) // in flight across the shutdown
@@ -80,12 +87,19 @@ describe('request_timeout_seconds', () => {
       let reply = ''
       socket.on('data', (c: Buffer) => (reply += c.toString('utf8')))
       const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()))
-      socket.write('POST /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: alice\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"jsonrpc"')
+      socket.write(
+        'POST /mcp HTTP/1.1\r\nhost: x\r\nx-wardline-identity: alice\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"jsonrpc"',
+      )
       const started = performance.now()
       await closed
       expect(performance.now() - started).toBeLessThan(3000)
       expect(reply).toMatch(/^HTTP\/1\.1 408 /)
-      expect((await h.audit()).at(-1)).toMatchObject({ identity: 'alice', decision: 'error', status: 408, reason: 'request not received within request_timeout_seconds' })
+      expect((await h.audit()).at(-1)).toMatchObject({
+        identity: 'alice',
+        decision: 'error',
+        status: 408,
+        reason: 'request not received within request_timeout_seconds',
+      })
     } finally {
       await h.close()
     }

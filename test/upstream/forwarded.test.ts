@@ -30,20 +30,26 @@ const CLIENT_COPIES = {
   forwarded: 'for=203.0.113.9;proto=https',
 }
 
-test('from an untrusted peer the client\'s copies are replaced: its own address, the Host it sent, http', () => {
+test("from an untrusted peer the client's copies are replaced: its own address, the Host it sent, http", () => {
   const chain = new ForwardedHeaders(['10.0.0.0/8'])
   expect(sent(chain, request('192.0.2.7', CLIENT_COPIES))).toEqual({
-    'x-forwarded-for': '192.0.2.7', 'x-forwarded-host': 'gw.example:8080', 'x-forwarded-proto': 'http',
+    'x-forwarded-for': '192.0.2.7',
+    'x-forwarded-host': 'gw.example:8080',
+    'x-forwarded-proto': 'http',
   })
   expect(sent(new ForwardedHeaders([]), request('10.1.2.3', CLIENT_COPIES))).toEqual({
-    'x-forwarded-for': '10.1.2.3', 'x-forwarded-host': 'gw.example:8080', 'x-forwarded-proto': 'http',
+    'x-forwarded-for': '10.1.2.3',
+    'x-forwarded-host': 'gw.example:8080',
+    'x-forwarded-proto': 'http',
   })
 })
 
 test('from a trusted proxy the chain is kept and extended, Forwarded included', () => {
   const chain = new ForwardedHeaders(['10.0.0.0/8', '2001:db8::/32', '192.0.2.1'])
   const expected = {
-    'x-forwarded-for': '203.0.113.9, 10.1.2.3', 'x-forwarded-host': 'forged.example', 'x-forwarded-proto': 'https',
+    'x-forwarded-for': '203.0.113.9, 10.1.2.3',
+    'x-forwarded-host': 'forged.example',
+    'x-forwarded-proto': 'https',
     forwarded: 'for=203.0.113.9;proto=https',
   }
   expect(sent(chain, request('10.1.2.3', CLIENT_COPIES))).toEqual(expected)
@@ -51,7 +57,9 @@ test('from a trusted proxy the chain is kept and extended, Forwarded included', 
   expect(sent(chain, request('::ffff:10.1.2.3', CLIENT_COPIES))).toEqual(expected)
   expect(sent(chain, request('2001:db8::5', CLIENT_COPIES))['x-forwarded-for']).toBe('203.0.113.9, 2001:db8::5')
   expect(sent(chain, request('192.0.2.1', { host: 'gw.example' }))).toEqual({
-    'x-forwarded-for': '192.0.2.1', 'x-forwarded-host': 'gw.example', 'x-forwarded-proto': 'http',
+    'x-forwarded-for': '192.0.2.1',
+    'x-forwarded-host': 'gw.example',
+    'x-forwarded-proto': 'http',
   })
   expect(sent(chain, request('192.0.2.2', CLIENT_COPIES))['x-forwarded-for']).toBe('192.0.2.2')
 })
