@@ -27,7 +27,7 @@ export interface PolicyBenchResult {
  * `typical`: a policy shaped like a real one: per-identity and per-tenant rules over many tools,
  * resources and prompts, a few identity families (`svc-*`, `ci-*`…) entitled to their own tools, and two
  * catch-alls at the end that every call walks past.
- * `globs`: the documented worst case, every rule with a `*` in both identity and tool, so no lookup
+ * `globs`: the documented worst case, every rule with a `*` in both identity and target, so no lookup
  * map applies and the rules are tried one by one (docs/policy.md, "Limits").
  */
 export type PolicyShape = 'typical' | 'globs'
@@ -39,28 +39,28 @@ export function syntheticPolicy(ruleCount: number, shape: PolicyShape = 'typical
   const effect = (i: number): Effect => (i % 3 === 0 ? 'deny' : 'allow')
   for (let i = 0; rules.length < ruleCount - 2; i++) {
     if (shape === 'globs') {
-      rules.push({ identity: `svc-${i}-*`, tenant: null, method: 'tools/call', tool: `tool_${i}_*`, effect: effect(i) })
+      rules.push({ identity: `svc-${i}-*`, tenant: null, method: 'tools/call', target: `tool_${i}_*`, effect: effect(i) })
       continue
     }
     switch (i % 5) {
       case 0:
-        rules.push({ identity: `user-${i}`, tenant: null, method: 'tools/call', tool: `tool-${i % 50}`, effect: effect(i) })
+        rules.push({ identity: `user-${i}`, tenant: null, method: 'tools/call', target: `tool-${i % 50}`, effect: effect(i) })
         break
       case 1:
-        rules.push({ identity: `user-${i}`, tenant: `tenant-${i % 20}`, method: 'tools/call', tool: `read_${i}_*`, effect: effect(i) })
+        rules.push({ identity: `user-${i}`, tenant: `tenant-${i % 20}`, method: 'tools/call', target: `read_${i}_*`, effect: effect(i) })
         break
       case 2:
-        rules.push({ identity: FAMILIES[i % FAMILIES.length], tenant: null, method: 'tools/call', tool: `tool-${i}`, effect: effect(i) })
+        rules.push({ identity: FAMILIES[i % FAMILIES.length], tenant: null, method: 'tools/call', target: `tool-${i}`, effect: effect(i) })
         break
       case 3:
-        rules.push({ identity: '*', tenant: `tenant-${i}`, method: 'resources/read', tool: `example://${i}/*`, effect: effect(i) })
+        rules.push({ identity: '*', tenant: `tenant-${i}`, method: 'resources/read', target: `example://${i}/*`, effect: effect(i) })
         break
       default:
-        rules.push({ identity: `user-${i}`, tenant: null, method: 'prompts/get', tool: `prompt-${i}`, effect: effect(i) })
+        rules.push({ identity: `user-${i}`, tenant: null, method: 'prompts/get', target: `prompt-${i}`, effect: effect(i) })
     }
   }
-  rules.push({ identity: 'ci-*', tenant: null, method: '*', tool: 'admin_*', effect: 'deny' })
-  rules.push({ identity: '*', tenant: 'trial', method: 'tools/call', tool: '*', effect: 'deny' })
+  rules.push({ identity: 'ci-*', tenant: null, method: '*', target: 'admin_*', effect: 'deny' })
+  rules.push({ identity: '*', tenant: 'trial', method: 'tools/call', target: '*', effect: 'deny' })
   return { default: 'allow', rules, source: 'bench' }
 }
 
@@ -74,7 +74,7 @@ export function syntheticCalls(policy: PolicyConfig, count: number): Call[] {
     if (i % 2 === 0 && policy.rules.length > 0) {
       const rule = policy.rules[Math.floor(next() * policy.rules.length)]
       const method = rule.method.includes('*') ? 'resources/read' : rule.method
-      calls.push([concrete(rule.identity), rule.tenant === null ? 'acme' : concrete(rule.tenant), method, concrete(rule.tool)])
+      calls.push([concrete(rule.identity), rule.tenant === null ? 'acme' : concrete(rule.tenant), method, concrete(rule.target)])
     } else {
       calls.push([`someone-${i}`, `tenant-${i % 7}`, i % 4 === 1 ? 'resources/read' : 'tools/call', `tool-${i % 97}`])
     }
@@ -89,7 +89,7 @@ function linearScan(policy: PolicyConfig): (call: Call) => number {
     family: rule.method.endsWith('/*') ? rule.method.slice(0, -1) : null,
     identity: new Glob(rule.identity),
     tenant: rule.tenant === null ? null : new Glob(rule.tenant),
-    tool: new Glob(rule.tool),
+    tool: new Glob(rule.target),
   }))
   return ([identity, tenant, method, target]) => {
     for (let i = 0; i < rules.length; i++) {

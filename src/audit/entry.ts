@@ -26,6 +26,7 @@ export interface AuditEntry {
   readonly identity: string
   readonly tenant: string
   readonly method: string
+  /** The call's target (tool name, prompt name or resource URI); named `tool` in the format since its first version. */
   readonly tool: string
   readonly decision: Decision
   readonly status: number

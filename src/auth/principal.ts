@@ -1,4 +1,4 @@
-import { hasControlCharacters } from '../pipeline/methods'
+import { hasControlCharacters } from '../pipeline/exchange'
 
 /** Identity and tenant limits: opaque strings, but bounded and printable (they end up in logs and keys). */
 export const MAX_PRINCIPAL_BYTES = 256

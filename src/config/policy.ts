@@ -1,4 +1,4 @@
-import { GATED_METHODS } from '../pipeline/methods'
+import { GATED_METHODS } from '../mcp/methods'
 import type { Effect, PolicyConfig, PolicyRule } from './types'
 import { Reader, join, parseYaml, readText } from './reader'
 
@@ -83,7 +83,7 @@ function readPolicyTree(r: Reader, tree: object, base: string, source: string): 
 function readRule(r: Reader, node: unknown, path: string): PolicyRule {
   if (node === null || typeof node !== 'object' || Array.isArray(node)) {
     r.note(path, 'must be a mapping with identity, tool and effect')
-    return { identity: '', tenant: null, method: DEFAULT_METHOD, tool: '', effect: 'deny' }
+    return { identity: '', tenant: null, method: DEFAULT_METHOD, target: '', effect: 'deny' }
   }
   const o = r.object(node, path, RULE_KEYS)
   const required = (key: string): void => {
@@ -101,7 +101,7 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
     identity: r.string(o.identity, join(path, 'identity'), '', { nonEmpty: true }),
     tenant: r.optionalString(o.tenant, join(path, 'tenant')),
     method,
-    tool: r.string(o.tool, join(path, 'tool'), '', { nonEmpty: true }),
+    target: r.string(o.tool, join(path, 'tool'), '', { nonEmpty: true }),
     effect: r.oneOf(o.effect, join(path, 'effect'), EFFECTS, 'deny'),
   }
 }

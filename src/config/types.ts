@@ -129,7 +129,8 @@ export interface PolicyRule {
   readonly identity: string
   readonly tenant: string | null
   readonly method: string
-  readonly tool: string
+  /** The rule's `tool:` key: a glob over the call's target (tool name, prompt name or resource URI). */
+  readonly target: string
   readonly effect: Effect
 }
 

@@ -1,5 +1,6 @@
-import type { JsonRpcId, RpcCall } from '../pipeline/exchange'
-import { INVALID_REQUEST, PARSE_ERROR, hasControlCharacters, isGatedMethod } from '../pipeline/methods'
+import { isGatedMethod } from '../mcp/methods'
+import { type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
+import { INVALID_REQUEST, PARSE_ERROR } from '../pipeline/stage'
 import { quoted, resourceUriProblem } from './resource-uri'
 import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
 

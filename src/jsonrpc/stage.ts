@@ -1,7 +1,6 @@
 import { setImmediate as yieldToLoop } from 'node:timers/promises'
 import type { Exchange } from '../pipeline/exchange'
-import { PARSE_ERROR } from '../pipeline/methods'
-import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { CONTINUE, PARSE_ERROR, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { type ParseResult, classifyScan } from './parse'
 import { type BodyResult, readBody } from './read-body'
 import { JsonScanner, type ScanLimits } from './scan'
@@ -66,7 +65,8 @@ function keepBody(ex: Exchange, read: BodyResult, tooLargeRefusal: Refusal): Ref
  * on the socket and destroyed it with ERR_HTTP_REQUEST_TIMEOUT: the audit says that, not a 400.
  */
 function unreadable(ex: Exchange, err: Error): Refusal {
-  if ((ex.req.socket.errored as NodeJS.ErrnoException | null)?.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+  const errored: NodeJS.ErrnoException | null = ex.req.socket.errored
+  if (errored?.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     return { status: 408, decision: 'error', reason: 'request not received within request_timeout_seconds', message: 'Request timeout' }
   }
   return { status: 400, decision: 'error', reason: err.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }

@@ -5,6 +5,19 @@ export type Decision = (typeof DECISIONS)[number]
 
 export type JsonRpcId = string | number | null
 
+/**
+ * C0, DEL and C1 controls. No legitimate identity, tenant, method or target holds one, and every one of
+ * them ends up in audit lines, logs and database rows (Postgres text refuses NUL): the stages that
+ * fill a Principal or an RpcCall refuse values that do.
+ */
+export function hasControlCharacters(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) return true
+  }
+  return false
+}
+
 /** The verified caller. Both strings are validated by the auth stage and otherwise opaque. */
 export interface Principal {
   readonly identity: string

@@ -2,6 +2,10 @@ import type { Decision, Exchange, JsonRpcId } from './exchange'
 
 export const CONTINUE = Symbol('continue')
 
+/** JSON-RPC 2.0 §5.1 codes for bodies that are not valid JSON-RPC (Refusal.rpcCode); every other local answer uses its status. */
+export const PARSE_ERROR = -32700
+export const INVALID_REQUEST = -32600
+
 /** An expected "no": the gateway answers the request itself instead of forwarding it. */
 export interface Refusal {
   /** 401, 403, 413, 429…: the HTTP status, also used as the JSON-RPC error code. */

@@ -1,4 +1,4 @@
-import { GATED_METHODS } from '../pipeline/methods'
+import { GATED_METHODS } from '../mcp/methods'
 import type { Effect, PolicyConfig, PolicyRule } from '../config/types'
 import { Glob } from './glob'
 
@@ -93,7 +93,7 @@ export class CompiledPolicy {
     this.defaultEffect = policy.default
     this.rules = policy.rules
     const entries = policy.rules.map(
-      (rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.tool)),
+      (rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.target)),
     )
     for (const method of GATED_METHODS) this.byMethod.set(method, buildTable(policy.rules, entries, method))
     this.otherResources = buildTable(policy.rules, entries, OTHER_RESOURCES)
@@ -144,14 +144,14 @@ function buildTable(rules: readonly PolicyRule[], entries: readonly Entry[], met
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]
     if (!covers(rule.method, method)) continue
-    const exact = [!rule.identity.includes('*'), rule.tenant !== null && !rule.tenant.includes('*'), !rule.tool.includes('*')]
+    const exact = [!rule.identity.includes('*'), rule.tenant !== null && !rule.tenant.includes('*'), !rule.target.includes('*')]
     const mask = (exact[IDENTITY] ? 1 : 0) | (exact[TENANT] ? 2 : 0) | (exact[TARGET] ? 4 : 0)
     let category = byMask.get(mask)
     if (category === undefined) {
       category = new Category([IDENTITY, TENANT, TARGET].filter((dim) => exact[dim]))
       byMask.set(mask, category)
     }
-    category.add(entries[i], [rule.identity, rule.tenant ?? '', rule.tool])
+    category.add(entries[i], [rule.identity, rule.tenant ?? '', rule.target])
   }
   return [...byMask.values()].sort((a, b) => a.lowest - b.lowest)
 }

@@ -22,6 +22,7 @@ import { keysNeedingRestart } from '../config/restart-keys'
 import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import type { Config } from '../config/types'
+import { pathStage } from '../http/path-stage'
 import { httpStage } from '../http/stage'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger, RateLimitedLog } from '../log'
@@ -35,7 +36,6 @@ import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
 import { Upstream } from '../upstream/forward'
-import { requestTargetStage } from '../upstream/request-target-stage'
 import { Gateway } from './gateway'
 import { localRoutes } from './routes'
 
@@ -108,7 +108,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const leading = [
     httpStage(config.http),
     authStage(authenticator, config.auth),
-    requestTargetStage(),
+    pathStage(),
     jsonRpcStage(config.limits),
     // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
     concurrencyStage(concurrency, metrics),

@@ -3,7 +3,7 @@ import type { Effect, PolicyConfig, PolicyRule } from '../../src/config/types'
 import { compilePolicy } from '../../src/policy/compile'
 import { Glob } from '../../src/policy/glob'
 
-type RuleSpec = Partial<PolicyRule> & Pick<PolicyRule, 'identity' | 'tool' | 'effect'>
+type RuleSpec = Partial<PolicyRule> & Pick<PolicyRule, 'identity' | 'target' | 'effect'>
 
 function policy(defaultEffect: Effect, rules: RuleSpec[]): PolicyConfig {
   return { default: defaultEffect, source: 'test', rules: rules.map((r) => ({ tenant: null, method: 'tools/call', ...r })) }
@@ -19,9 +19,9 @@ function decide(p: PolicyConfig, identity: string, tenant: string, method: strin
 describe('policy evaluation', () => {
   test('the first matching rule wins, even when a later rule is more specific', () => {
     const p = policy('allow', [
-      { identity: 'ci-*', tool: '*', effect: 'deny' },
-      { identity: 'ci-bot', tool: 'echo', effect: 'allow' },
-      { identity: 'ci-bot', tool: 'add', effect: 'allow' },
+      { identity: 'ci-*', target: '*', effect: 'deny' },
+      { identity: 'ci-bot', target: 'echo', effect: 'allow' },
+      { identity: 'ci-bot', target: 'add', effect: 'allow' },
     ])
     expect(decide(p, 'ci-bot', 'acme', 'tools/call', 'echo')).toEqual(['deny', 0])
     expect(decide(p, 'alice', 'acme', 'tools/call', 'echo')).toEqual(['allow', -1])
@@ -34,9 +34,9 @@ describe('policy evaluation', () => {
 
   test('a tenant-scoped rule gives the same identity two outcomes in two tenants', () => {
     const p = policy('deny', [
-      { identity: 'alice', tenant: 'acme', tool: 'search', effect: 'allow' },
-      { identity: 'alice', tenant: 'globex', tool: 'search', effect: 'deny' },
-      { identity: 'alice', tool: 'search', effect: 'allow' },
+      { identity: 'alice', tenant: 'acme', target: 'search', effect: 'allow' },
+      { identity: 'alice', tenant: 'globex', target: 'search', effect: 'deny' },
+      { identity: 'alice', target: 'search', effect: 'allow' },
     ])
     expect(decide(p, 'alice', 'acme', 'tools/call', 'search')).toEqual(['allow', 0])
     expect(decide(p, 'alice', 'globex', 'tools/call', 'search')).toEqual(['deny', 1])
@@ -45,9 +45,9 @@ describe('policy evaluation', () => {
 
   test('rules apply to their method only: a tools/call wildcard does not match resources/read', () => {
     const p = policy('deny', [
-      { identity: '*', tool: '*', effect: 'allow' },
-      { identity: '*', method: 'prompts/get', tool: 'greeting', effect: 'allow' },
-      { identity: '*', method: 'resources/*', tool: 'example://*', effect: 'allow' },
+      { identity: '*', target: '*', effect: 'allow' },
+      { identity: '*', method: 'prompts/get', target: 'greeting', effect: 'allow' },
+      { identity: '*', method: 'resources/*', target: 'example://*', effect: 'allow' },
     ])
     expect(decide(p, 'bob', 'acme', 'tools/call', 'anything')).toEqual(['allow', 0])
     expect(decide(p, 'bob', 'acme', 'resources/read', 'file:///etc/passwd')).toEqual(['deny', -1])
@@ -59,8 +59,8 @@ describe('policy evaluation', () => {
 
   test('method "*" covers every gated method, and a family covers methods no rule can name', () => {
     const p = policy('allow', [
-      { identity: 'mallory', method: '*', tool: '*', effect: 'deny' },
-      { identity: 'eve', method: 'prompts/*', tool: '*', effect: 'deny' },
+      { identity: 'mallory', method: '*', target: '*', effect: 'deny' },
+      { identity: 'eve', method: 'prompts/*', target: '*', effect: 'deny' },
     ])
     for (const method of ['tools/call', 'resources/list', 'resources/templates/list', 'prompts/get', 'resources/future']) {
       expect(decide(p, 'mallory', 'acme', method, 'x')).toEqual(['deny', 0])
@@ -71,14 +71,14 @@ describe('policy evaluation', () => {
 
   test('a "*" target matches list calls, which carry no target; a partial glob does not', () => {
     const p = policy('allow', [
-      { identity: '*', method: 'resources/list', tool: 'example*', effect: 'allow' },
-      { identity: '*', method: 'resources/list', tool: '*', effect: 'deny' },
+      { identity: '*', method: 'resources/list', target: 'example*', effect: 'allow' },
+      { identity: '*', method: 'resources/list', target: '*', effect: 'deny' },
     ])
     expect(decide(p, 'bob', 'acme', 'resources/list', '')).toEqual(['deny', 1])
   })
 
   test('the default applies when no rule matches, allow or deny', () => {
-    const rules: RuleSpec[] = [{ identity: 'alice', tool: 'echo', effect: 'deny' }]
+    const rules: RuleSpec[] = [{ identity: 'alice', target: 'echo', effect: 'deny' }]
     expect(decide(policy('allow', rules), 'bob', 'acme', 'tools/call', 'echo')).toEqual(['allow', -1])
     expect(decide(policy('deny', rules), 'bob', 'acme', 'tools/call', 'echo')).toEqual(['deny', -1])
     expect(decide(policy('deny', []), 'bob', 'acme', 'prompts/get', 'greeting')).toEqual(['deny', -1])
@@ -86,10 +86,10 @@ describe('policy evaluation', () => {
 
   test('names with regex and glob-like characters are literal; only * is a wildcard', () => {
     const p = policy('deny', [
-      { identity: 'a.b+c', tool: 'read_(file)?', effect: 'allow' },
-      { identity: '*', tool: 'files[0-9]', effect: 'allow' },
-      { identity: '*', tool: '^$.|?+\\(){}', effect: 'allow' },
-      { identity: 'svc-*', tool: '*.get', effect: 'allow' },
+      { identity: 'a.b+c', target: 'read_(file)?', effect: 'allow' },
+      { identity: '*', target: 'files[0-9]', effect: 'allow' },
+      { identity: '*', target: '^$.|?+\\(){}', effect: 'allow' },
+      { identity: 'svc-*', target: '*.get', effect: 'allow' },
     ])
     expect(decide(p, 'a.b+c', 'acme', 'tools/call', 'read_(file)?')[0]).toBe('allow')
     expect(decide(p, 'aXb+c', 'acme', 'tools/call', 'read_(file)?')[0]).toBe('deny')
@@ -157,7 +157,7 @@ describe('compiled lookup', () => {
         methodOk &&
         new Glob(rule.identity).matches(identity) &&
         (rule.tenant === null || new Glob(rule.tenant).matches(tenant)) &&
-        new Glob(rule.tool).matches(target)
+        new Glob(rule.target).matches(target)
       )
     })
   }
@@ -182,7 +182,7 @@ describe('compiled lookup', () => {
           identity: pick(identityPatterns),
           tenant: pick(tenantPatterns),
           method: pick(methodPatterns),
-          tool: pick(targetPatterns),
+          target: pick(targetPatterns),
           effect: next() < 0.5 ? 'allow' : 'deny',
         })
       }

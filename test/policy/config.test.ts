@@ -24,8 +24,8 @@ describe('policy configuration', () => {
       default: 'deny',
       source: 'inline',
       rules: [
-        { identity: 'ci-bot', tenant: null, method: 'tools/call', tool: 'read_*', effect: 'allow' },
-        { identity: '*', tenant: 'acme', method: 'resources/*', tool: '*', effect: 'deny' },
+        { identity: 'ci-bot', tenant: null, method: 'tools/call', target: 'read_*', effect: 'allow' },
+        { identity: '*', tenant: 'acme', method: 'resources/*', target: '*', effect: 'deny' },
       ],
     })
     expect(Object.isFrozen(config.policy?.rules[0])).toBe(true)
@@ -70,7 +70,7 @@ describe('policy configuration', () => {
     expect(good.policy).toEqual({
       default: 'allow',
       source: join(dir, 'good.yaml'),
-      rules: [{ identity: 'intern', tenant: null, method: 'tools/call', tool: 'expensive_tool', effect: 'deny' }],
+      rules: [{ identity: 'intern', tenant: null, method: 'tools/call', target: 'expensive_tool', effect: 'deny' }],
     })
 
     const file = join(dir, 'bad.yaml')

@@ -1,6 +1,5 @@
 import type { Exchange } from '../pipeline/exchange'
-import { INVALID_REQUEST } from '../pipeline/methods'
-import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 
 /** Methods the MCP transports use. Anything else (PUT, PATCH, TRACE…) could carry an uninspected body. */
 const FORWARDED_METHODS = new Set(['GET', 'POST', 'DELETE', 'HEAD', 'OPTIONS'])
@@ -44,12 +43,14 @@ const SEPARATOR_LOOKALIKE: Refusal = {
 const DOT_SEGMENT_PATTERN = /(?:^|\/|%2f|%5c)(?:\.|%2e){1,2}(?:[/;]|%2f|%5c|%3b|$)/i
 
 /**
- * Runs after authentication: only the methods MCP uses, and only origin-form paths that stay inside
- * the upstream's base path (the path is appended to it, so `/../admin` would otherwise escape).
+ * The HTTP method and path (RFC 9112's request-target; "target" in Wardline means a tool name, prompt
+ * name or resource URI). Runs after authentication: only the methods MCP uses, and only origin-form
+ * paths that stay inside the upstream's base path (the path is appended to it, so `/../admin` would
+ * otherwise escape).
  */
-export function requestTargetStage(): Stage {
+export function pathStage(): Stage {
   return {
-    name: 'target',
+    name: 'path',
     run(ex: Exchange) {
       if (!FORWARDED_METHODS.has(ex.req.method ?? '')) return METHOD_NOT_ALLOWED
       const url = ex.req.url ?? ''

@@ -1,0 +1,23 @@
+/**
+ * The MCP methods that act on a target (DESIGN.md: a tool name, a prompt name or a resource URI),
+ * shared by the parser (which marks calls as gated and reads their target) and the policy (whose
+ * rules may name them), so the two can never disagree.
+ *
+ * The gated methods by name (MCP 2025-06-18: Tools, Resources, Prompts). Any other `resources/…` or
+ * `prompts/…` method is gated too (isGatedMethod); a policy reaches those through `resources/*` and
+ * `prompts/*`.
+ */
+export const GATED_METHODS: readonly string[] = [
+  'tools/call',
+  'resources/list',
+  'resources/templates/list',
+  'resources/read',
+  'resources/subscribe',
+  'resources/unsubscribe',
+  'prompts/list',
+  'prompts/get',
+]
+
+export function isGatedMethod(method: string): boolean {
+  return method === 'tools/call' || method.startsWith('resources/') || method.startsWith('prompts/')
+}
