@@ -5,13 +5,19 @@ export class Metrics {
   readonly registry = new Registry()
   readonly requests = new Counter({
     name: 'wardline_requests_total',
-    help: 'Audited decisions, by decision (one per audit entry)',
+    help: 'Proxied HTTP requests, by decision (a batch counts once; see wardline_audit_entries_total)',
+    labelNames: ['decision'] as const,
+    registers: [this.registry],
+  })
+  readonly auditEntries = new Counter({
+    name: 'wardline_audit_entries_total',
+    help: 'Audit entries recorded, by decision (a forwarded batch writes one per gated element, plus one for the rest)',
     labelNames: ['decision'] as const,
     registers: [this.registry],
   })
   readonly duration = new Histogram({
     name: 'wardline_request_duration_seconds',
-    help: 'Time from request arrival to the end of the response, by decision',
+    help: 'Time from request arrival to the end of the response, by decision (one observation per request)',
     labelNames: ['decision'] as const,
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [this.registry],
@@ -19,6 +25,11 @@ export class Metrics {
   readonly budgetFailOpen = new Counter({
     name: 'wardline_budget_fail_open_total',
     help: 'Budget checks that failed and admitted the call anyway (budget.on_store_error: open)',
+    registers: [this.registry],
+  })
+  readonly budgetRefunds = new Counter({
+    name: 'wardline_budget_refunds_total',
+    help: 'Admitted Postgres budget checks refunded because their verdict arrived after the gateway stopped waiting for it',
     registers: [this.registry],
   })
   readonly budgetStoreErrors = new Counter({
@@ -40,6 +51,12 @@ export class Metrics {
   readonly auditSpilled = new Counter({
     name: 'wardline_audit_spilled_total',
     help: 'Audit entries written to the local spill file because their sink kept failing (replayed later), by sink',
+    labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
+  readonly auditReplayed = new Counter({
+    name: 'wardline_audit_replayed_total',
+    help: 'Spilled audit entries written into their sink by a replay of the spill file, by sink',
     labelNames: ['sink'] as const,
     registers: [this.registry],
   })

@@ -50,6 +50,17 @@ export function entryCount(ex: Exchange): number {
 }
 
 /**
+ * What the request as a whole came to: the decision a stage or a failure set, else `allow` when it
+ * carried a gated call and `passthrough` when it did not. A single message's entry says the same.
+ */
+export function requestDecision(ex: Exchange): Decision {
+  if (ex.decision !== null) return ex.decision
+  const calls = ex.calls
+  for (let i = 0; i < calls.length; i++) if (calls[i].gated) return 'allow'
+  return 'passthrough'
+}
+
+/**
  * The entries for one finished request: one for a single message, a request without a JSON-RPC
  * body, or any request that was not forwarded (issue 9: a refused 20 000-element batch once wrote
  * 20 000 entries and flushed real calls out of a full queue); for a forwarded batch, one per gated
@@ -66,7 +77,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   if (!ex.batch) {
     const call = calls.length === 1 ? calls[0] : null
     const method = call === null ? (ex.req.method ?? '') : call.method || 'response'
-    const decision = ex.decision ?? (call?.gated ? 'allow' : 'passthrough')
+    const decision = requestDecision(ex)
     return [
       entry(
         timestamp,
