@@ -41,13 +41,14 @@ export class JsonlAuditSink implements AuditSink {
    * Set when the file may end in a torn line: a write failed (a full disk writes part of a batch,
    * then ENOSPC), or the file is newly opened (an earlier process may have died mid-append). The next
    * write then starts on a fresh line, so the torn line stays a line of its own instead of swallowing
-   * the first entry after it (issue 9, item 8).
+   * the first entry after it.
    */
   private checkTail = true
   private readonly openFile: (path: string, flags: string) => Promise<FileHandle>
 
   private constructor(
-    private readonly path: string | 'stdout',
+    /** A file to append to, or 'stdout'. */
+    private readonly path: string,
     options: JsonlSinkOptions,
   ) {
     this.name = path === 'stdout' ? 'stdout' : `jsonl:${path}`
@@ -56,7 +57,8 @@ export class JsonlAuditSink implements AuditSink {
     if (path === 'stdout') this.checkTail = false
   }
 
-  static async open(path: string | 'stdout', options: JsonlSinkOptions = {}): Promise<JsonlAuditSink> {
+  /** `path` is a file to append to (created with its directory if missing), or 'stdout'. */
+  static async open(path: string, options: JsonlSinkOptions = {}): Promise<JsonlAuditSink> {
     const sink = new JsonlAuditSink(path, options)
     if (path === 'stdout') {
       guardStdout()

@@ -23,7 +23,7 @@ const WRITE_TIMEOUT_MS = 10_000
  * JSONL trail and the spill file keep the original (JSON escapes it as \u0000).
  */
 export function pgText(value: string): string {
-  return value.includes('\u0000') ? value.replace(/\u0000/g, '\uFFFD') : value
+  return value.includes('\u0000') ? value.replaceAll('\u0000', '\uFFFD') : value
 }
 
 function text(value: unknown): unknown {
@@ -46,7 +46,7 @@ export class PostgresAuditSink implements AuditSink {
   async write(entries: readonly AuditEntry[], options: AuditWriteOptions = {}): Promise<void> {
     if (entries.length === 0) return
     const n = entries.length
-    const columns: unknown[][] = Array.from({ length: 11 }, () => new Array(n))
+    const columns = Array.from({ length: 11 }, () => new Array<unknown>(n))
     for (let i = 0; i < n; i++) {
       const e = entries[i]
       columns[0][i] = text(e.request_id)

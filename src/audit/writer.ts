@@ -39,6 +39,8 @@ export interface AuditWriterOptions {
   readonly retryBoundMs?: number
   /** Spilled entries the sink refused for their data, moved to the quarantine file `<spill>.rejected`. */
   readonly onRejected?: (count: number, sink: string) => void
+  /** Spilled entries written into the sink by a replay (called once per replay that wrote any). */
+  readonly onReplayed?: (count: number, sink: string) => void
 }
 
 /** A replay attempted inside close() gives up after this long (the file is then replayed at the next start). */
@@ -68,8 +70,12 @@ const CLOSE_WRITE_MS = 1000
  *
  * With a spill file, a batch that still fails after maxAttempts, or after retryBoundMs in all, goes
  * to the file (while closing: after one short try), and the writer counts the sink as down: later
- * batches are spilled at once (no retry storm against a dead database, no queue growth) until a replay succeeds. The replay runs off the drain loop every
- * replayIntervalMs, at start when an earlier run left entries behind, and once more at close.
+ * batches are spilled at once (no retry storm against a dead database, no queue growth) until a
+ * replay succeeds. The replay runs off the drain loop every replayIntervalMs, at start when an earlier
+ * run left entries behind, and once more at close.
+ *
+ * What happens to entries is reported only through the on* callbacks (compose.ts feeds them into the
+ * wardline_audit_* metrics); the writer keeps no counters of its own.
  */
 export class AuditWriter {
   private queue: AuditEntry[] = []
@@ -88,10 +94,6 @@ export class AuditWriter {
   private replayTimer: NodeJS.Timeout | null = null
   private replaying: Promise<void> | null = null
   private lastSpillError: unknown = null
-  dropped = 0
-  spilled = 0
-  replayed = 0
-  rejected = 0
 
   constructor(
     readonly sink: AuditSink,
@@ -155,7 +157,6 @@ export class AuditWriter {
     for (let i = held; i < entries.length; i++) {
       const entry = entries[i]
       if (this.queue.length + this.reserved >= this.options.maxQueueEntries) {
-        this.dropped++
         this.options.onDropped?.(1, this.sink.name)
         this.warn.warn(`audit-full:${this.sink.name}`, 'audit queue full: entries dropped', {
           sink: this.sink.name,
@@ -294,7 +295,6 @@ export class AuditWriter {
   }
 
   private drop(batch: AuditEntry[], message: string, err: unknown): void {
-    this.dropped += batch.length
     this.options.onDropped?.(batch.length, this.sink.name)
     this.log.error(message, { sink: this.sink.name, entries: batch.length, cause: describeError(err) })
   }
@@ -328,7 +328,6 @@ export class AuditWriter {
       )
       return false
     }
-    this.spilled += batch.length
     this.options.onSpilled?.(batch.length, this.sink.name)
     this.scheduleReplay(this.replayIntervalMs)
     return true
@@ -356,7 +355,6 @@ export class AuditWriter {
       const count = await spill.replay((batch) => this.attempt(batch, timeoutMs), this.batchSize, {
         isRejection: (err) => this.sink.rejects?.(err) ?? false,
         onRejected: (_line, why) => {
-          this.rejected++
           this.options.onRejected?.(1, this.sink.name)
           this.warn.warn(
             `audit-spill-rejected:${this.sink.name}`,
@@ -367,7 +365,7 @@ export class AuditWriter {
       })
       this.sinkDown = false
       if (count > 0) {
-        this.replayed += count
+        this.options.onReplayed?.(count, this.sink.name)
         this.log.info('audit spill replayed into the sink', { sink: this.sink.name, entries: count })
       }
     } catch (err) {

@@ -96,7 +96,7 @@ export class MemoryBudgetStore implements BudgetStore {
   admitNow(charges: readonly BucketCharge[]): AdmitResult {
     const now = this.now()
     this.evictExpired(now)
-    const open: Array<Window | null> = new Array(charges.length)
+    const open = new Array<Window | null>(charges.length)
     let refusedBy = -1
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]
@@ -106,7 +106,7 @@ export class MemoryBudgetStore implements BudgetStore {
       open[i] = live
       if (refusedBy < 0 && (live === null ? 0 : live.count) + c.cost > c.limit) refusedBy = i
     }
-    const buckets: BucketState[] = new Array(charges.length)
+    const buckets = new Array<BucketState>(charges.length)
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]
       let w = open[i]

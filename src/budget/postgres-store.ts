@@ -18,6 +18,16 @@ export interface PostgresBudgetStoreOptions {
    * docs/postgres.md.
    */
   readonly synchronousCommit?: boolean
+  /**
+   * The clock windows are judged on. Absent (production): the database clock, clock_timestamp() in the
+   * SQL text, so every replica sharing the database agrees on when a window ends. A test injects a
+   * clock it moves forward instead of sleeping; its reading travels with each check as a parameter.
+   * Either way the time a check then waits for its row locks is added on the database clock
+   * (migrations/002-window-clock.ts), and deadlines stay on the real database clock.
+   */
+  readonly clock?: () => Date
+  /** Called once per admitted check that was refunded because its verdict arrived after we gave up on it. */
+  readonly onRefunded?: () => void
   readonly log?: Logger
 }
 
@@ -40,9 +50,12 @@ const LATE_RESULT_GRACE_MS = 2000
 /** A clock-offset sample is replaced by a better one (shorter round trip), or by any one once this old. */
 const OFFSET_SAMPLE_MAX_AGE_MS = 30_000
 
-const ADMIT_SQL = `SELECT refused_by, used, reset_seconds, window_ends, db_epoch_ms
+/** The one statement of a check; `clock` is the window clock's SQL: clock_timestamp(), or a test's parameter. */
+function admitSql(clock: string): string {
+  return `SELECT refused_by, used, reset_seconds, window_ends, db_epoch_ms
   FROM wardline_budget_admit($1::text[], $2::integer[], $3::double precision[], $4::integer[],
-                             $5::integer, $6::double precision, $7::boolean, $8::double precision)`
+                             $5::integer, $6::double precision, $7::boolean, ${clock})`
+}
 
 /**
  * Takes back an admitted check nobody waited for, in the window it was charged to only. The rows are
@@ -79,7 +92,7 @@ function localEpochMs(): number {
 /**
  * Budget buckets in the shared budget_buckets table: every replica on one database enforces the same
  * limits (DESIGN.md "Budget semantics", "Storage"). Each check is ONE statement, a call to
- * wardline_budget_admit (postgres/migrations/001-initial.ts), whatever number of tiers applies:
+ * wardline_budget_admit (postgres/migrations/002-window-clock.ts), whatever number of tiers applies:
  * all-or-nothing, atomic, windows on the database clock, rows locked in key order (deadlock-free).
  *
  * No ghost increments, because a check that hangs must become "failed open", never a late charge:
@@ -95,15 +108,18 @@ export class PostgresBudgetStore implements BudgetStore {
   private readonly checkTimeoutMs: number
   private readonly synchronousCommit: boolean
   private readonly warn: RateLimitedLog | null
-  /** Added to the database clock when judging windows. Always 0 outside tests. */
-  private clockOffsetSeconds = 0
+  /** The injected window clock, or null for the database clock (production). */
+  private readonly clock: (() => Date) | null
+  /** Name and text of the prepared admit statement, fixed by the clock at construction. */
+  private readonly admitName: string
+  private readonly admitSql: string
+  private readonly onRefunded: (() => void) | null
   /** Database clock minus local clock (ms), from the sample with the shortest round trip; null until measured. */
   private dbOffsetMs: number | null = null
   private offsetRttMs = Infinity
   private offsetSampledAt = 0
-  private readonly refunds = new Set<Promise<void>>()
-  /** Late verdicts refunded so far (tests and docs). */
-  refunded = 0
+  /** Abandoned verdicts still awaited and refunds still running: close() waits for them. */
+  private readonly lateWork = new Set<Promise<void>>()
 
   constructor(
     private readonly pool: Pool,
@@ -112,6 +128,12 @@ export class PostgresBudgetStore implements BudgetStore {
     this.checkTimeoutMs = options.checkTimeoutMs
     this.synchronousCommit = options.synchronousCommit ?? false
     this.warn = options.log ? new RateLimitedLog(options.log) : null
+    this.clock = options.clock ?? null
+    // Two texts, two names: pg refuses to prepare one name for two texts on the same connection, and
+    // a test may run a store on each clock over one pool.
+    this.admitName = this.clock === null ? 'wardline_budget_admit' : 'wardline_budget_admit_injected_clock'
+    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$8::timestamptz')
+    this.onRefunded = options.onRefunded ?? null
   }
 
   async admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs): Promise<AdmitResult> {
@@ -139,7 +161,7 @@ export class PostgresBudgetStore implements BudgetStore {
       },
     )
     let abandoned = false
-    verdict.then(
+    const settled = verdict.then(
       (row) => {
         if (abandoned && row.refused_by < 0) this.refund(charges, row)
       },
@@ -149,6 +171,10 @@ export class PostgresBudgetStore implements BudgetStore {
       return toResult(charges, await withDeadline(verdict, remaining, `no budget verdict within ${remaining} ms`))
     } catch (err) {
       abandoned = true
+      // close() waits for the verdict too (bounded by the statement's query_timeout), not only for
+      // refunds already started: a verdict still on the wire at shutdown would otherwise meet a closed
+      // pool and its charge would never be taken back.
+      this.track(settled)
       throw err
     }
   }
@@ -165,14 +191,12 @@ export class PostgresBudgetStore implements BudgetStore {
     }
   }
 
-  /** Test hook: moves the window clock forward (added to the database clock in SQL). */
-  advanceClockForTests(seconds: number): void {
-    this.clockOffsetSeconds += seconds
-  }
-
-  /** Waits for refunds in flight. The pool belongs to compose.ts (audit and readiness share it), which closes it last. */
+  /**
+   * Waits for the verdicts we gave up on and the refunds they start. The pool belongs to compose.ts
+   * (audit and readiness share it), which closes it last.
+   */
   async close(): Promise<void> {
-    while (this.refunds.size > 0) await Promise.all([...this.refunds])
+    while (this.lateWork.size > 0) await Promise.all([...this.lateWork])
   }
 
   private sampleOffset(sentAt: number, receivedAt: number, dbMs: number): void {
@@ -185,19 +209,20 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   private refund(charges: readonly BucketCharge[], row: AdmitRow): void {
-    const done = this.pool
-      .query(REFUND_SQL, [charges.map((c) => c.key), charges.map((c) => c.cost), row.window_ends])
-      .then(
-        () => {
-          this.refunded++
-        },
-        (err) =>
+    this.track(
+      this.pool.query(REFUND_SQL, [charges.map((c) => c.key), charges.map((c) => c.cost), row.window_ends]).then(
+        () => this.onRefunded?.(),
+        (err: unknown) =>
           this.warn?.warn('budget-refund', 'could not refund a budget check that was admitted after the gateway stopped waiting', {
             cause: describeError(err),
           }),
-      )
-      .finally(() => this.refunds.delete(done))
-    this.refunds.add(done)
+      ),
+    )
+  }
+
+  private track(work: Promise<void>): void {
+    const done: Promise<void> = work.finally(() => this.lateWork.delete(done))
+    this.lateWork.add(done)
   }
 
   private async connect(deadline: number): Promise<PoolClient> {
@@ -217,10 +242,10 @@ export class PostgresBudgetStore implements BudgetStore {
 
   private statement(charges: readonly BucketCharge[], remainingMs: number, deadlineLocalMs: number): QueryConfig {
     const n = charges.length
-    const keys: string[] = new Array(n)
-    const limits: number[] = new Array(n)
-    const windows: number[] = new Array(n)
-    const costs: number[] = new Array(n)
+    const keys = new Array<string>(n)
+    const limits = new Array<number>(n)
+    const windows = new Array<number>(n)
+    const costs = new Array<number>(n)
     for (let i = 0; i < n; i++) {
       const c = charges[i]
       keys[i] = c.key
@@ -230,11 +255,13 @@ export class PostgresBudgetStore implements BudgetStore {
     }
     const serverMs = Math.max(1, remainingMs - SERVER_MARGIN_MS)
     const serverDeadline = this.dbOffsetMs === null ? null : deadlineLocalMs - SERVER_MARGIN_MS + this.dbOffsetMs
+    const values: unknown[] = [keys, limits, windows, costs, serverMs, serverDeadline, this.synchronousCommit]
+    if (this.clock !== null) values.push(this.clock())
     return {
       // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
-      name: 'wardline_budget_admit',
-      text: ADMIT_SQL,
-      values: [keys, limits, windows, costs, serverMs, serverDeadline, this.synchronousCommit, this.clockOffsetSeconds],
+      name: this.admitName,
+      text: this.admitSql,
+      values,
       // The database gave up at serverDeadline; this only frees a connection whose answer never comes.
       query_timeout: remainingMs + LATE_RESULT_GRACE_MS,
     } as QueryConfig
@@ -248,7 +275,7 @@ function isServerError(err: Error): boolean {
 }
 
 function toResult(charges: readonly BucketCharge[], row: AdmitRow): AdmitResult {
-  const buckets: BucketState[] = new Array(charges.length)
+  const buckets = new Array<BucketState>(charges.length)
   for (let i = 0; i < charges.length; i++) {
     const c = charges[i]
     buckets[i] = {

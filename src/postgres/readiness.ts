@@ -4,7 +4,7 @@ import { describeError } from '../errors'
 import type { ReadinessCheck } from '../readiness'
 import { withDeadline } from '../deadline'
 
-/** /readyz answers within this bound even when the database hangs (issue 6: "bounded, 2 s"). */
+/** /readyz answers within this bound even when the database hangs, as the README states ("bounded, 2 s"). */
 const PING_TIMEOUT_MS = 2000
 
 export interface PostgresReadinessOptions {

@@ -17,8 +17,11 @@ export interface BudgetReaperOptions {
    * (more than batchSize × maxBatches per interval) is worked off in short runs instead of piling up.
    */
   readonly backlogDelayMs?: number
-  /** Test hook, as PostgresBudgetStore's: added to the database clock. */
-  readonly clockOffsetSeconds?: () => number
+  /**
+   * The clock that says which windows have ended, as PostgresBudgetStore's: absent (production), the
+   * database clock; a test injects one it moves forward instead of sleeping.
+   */
+  readonly clock?: () => Date
 }
 
 export interface ReapResult {
@@ -43,6 +46,8 @@ export class BudgetReaper {
   private readonly maxBatches: number
   private readonly intervalMs: number
   private readonly backlogDelayMs: number
+  /** The batch DELETE, its clock fixed at construction: clock_timestamp(), or a test clock's parameter. */
+  private readonly deleteSql: string
 
   constructor(
     private readonly pool: Pool,
@@ -54,6 +59,10 @@ export class BudgetReaper {
     this.maxBatches = options.maxBatches ?? 20
     this.intervalMs = options.intervalMs ?? 60_000
     this.backlogDelayMs = options.backlogDelayMs ?? 1000
+    this.deleteSql = `DELETE FROM budget_buckets WHERE key IN (
+      SELECT key FROM budget_buckets
+       WHERE ends_at <= ${options.clock ? '$2::timestamptz' : 'clock_timestamp()'}
+       LIMIT $1 FOR UPDATE SKIP LOCKED)`
   }
 
   start(): void {
@@ -62,7 +71,8 @@ export class BudgetReaper {
 
   private schedule(delayMs: number): void {
     this.timer = setTimeout(() => {
-      this.runOnce()
+      // Cannot reject: the first step handles a failed run, and the second only arms the next timer.
+      void this.runOnce()
         .then(
           (result) => (result.backlog ? this.backlogDelayMs : this.intervalMs),
           (err: unknown) => {
@@ -100,13 +110,8 @@ export class BudgetReaper {
         let deleted = 0
         let full = false
         for (let batch = 0; batch < this.maxBatches; batch++) {
-          const result = await client.query(
-            `DELETE FROM budget_buckets WHERE key IN (
-               SELECT key FROM budget_buckets
-                WHERE ends_at <= clock_timestamp() + make_interval(secs => $2::double precision)
-                LIMIT $1 FOR UPDATE SKIP LOCKED)`,
-            [this.batchSize, this.options.clockOffsetSeconds?.() ?? 0],
-          )
+          const clock = this.options.clock
+          const result = await client.query(this.deleteSql, clock ? [this.batchSize, clock()] : [this.batchSize])
           deleted += result.rowCount ?? 0
           full = (result.rowCount ?? 0) === this.batchSize
           if (!full) break

@@ -1,4 +1,5 @@
 import { initial } from './001-initial'
+import { windowClock } from './002-window-clock'
 
 /** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
 export interface Migration {
@@ -8,4 +9,4 @@ export interface Migration {
 }
 
 /** Every migration, oldest first. A new one gets the next version and its own file. */
-export const MIGRATIONS: readonly Migration[] = [initial]
+export const MIGRATIONS: readonly Migration[] = [initial, windowClock]
