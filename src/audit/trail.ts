@@ -28,7 +28,11 @@ export class AuditTrail {
       metrics.auditQueued.labels(w.sink.name).set(0)
     }
     for (const d of DECISIONS) {
-      this.byDecision.set(d, { requests: metrics.requests.labels(d), entries: metrics.auditEntries.labels(d), time: metrics.duration.labels(d) })
+      this.byDecision.set(d, {
+        requests: metrics.requests.labels(d),
+        entries: metrics.auditEntries.labels(d),
+        time: metrics.duration.labels(d),
+      })
     }
   }
 

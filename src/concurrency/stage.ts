@@ -6,8 +6,9 @@ import { type ConcurrencyLimiter, concurrencyKey } from './limiter'
 /**
  * Right after auth: one identity may have at most `limiter.maxPerKey` requests in flight, GET/SSE
  * streams included, so a caller whose requests the upstream never answers cannot hold every upstream
- * socket (issue 9, item 5). The slot is taken here and its key recorded on `ex.concurrencyKey`; the
- * Gateway releases it when it writes the request's audit record, whatever happened in between.
+ * socket. The slot is taken here and its key recorded on `ex.concurrencyKey`; the finish phase gives
+ * it back once the response has ended, whatever happened in between (refused later, failed, client
+ * gone, stream closed), just before the request's audit record.
  * A request without a principal (none gets past auth today) holds no slot.
  *
  * Runs after the body is parsed, because `initialize` is not refused at the cap (DESIGN.md: a 4xx there
@@ -41,6 +42,11 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
       }
       ex.concurrencyKey = key
       return CONTINUE
+    },
+    finish(ex: Exchange) {
+      if (ex.concurrencyKey === null) return
+      limiter.release(ex.concurrencyKey)
+      ex.concurrencyKey = null
     },
   }
 }

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Stage } from './stage'
 
 export const DECISIONS = ['allow', 'deny', 'throttled', 'passthrough', 'error', 'unauthorized'] as const
 export type Decision = (typeof DECISIONS)[number]
@@ -58,11 +59,21 @@ export class Exchange {
   responseHeaders: Record<string, string> | null = null
   /** Set when the gateway gave up on the response (client gone, upstream stream broke). */
   aborted = false
+  /** How many stages' `run` was called (runStages): the finish phase releases exactly those. */
+  stagesRun = 0
+  /** The stages that read this request's answer (pipeline/answer.ts), in chain order; null for most requests. */
+  answerReaders: Stage[] | null = null
+  /** True when one of answerReaders reads the answer's messages (the relay then reads JSON and SSE bodies). */
+  readsMessages = false
+  /** True once answerReaders heard the outcome (it is reported once). */
+  outcomeReported = false
+  /** Set when shutdown cut this request's connection after the grace period (its audit reason says so). */
+  cutAtShutdown = false
   /** True once the request was handed to the upstream (a refused or failed-before request stays false). */
   forwarded = false
   /** Audit queue slots reserved for this request's entries in every sink (see audit/), 0 when none. */
   auditReserved = 0
-  /** Key of the per-identity concurrency slot this request holds, released at its audit record; null when none. */
+  /** Key of the per-identity concurrency slot this request holds, released in the finish phase; null when none. */
   concurrencyKey: string | null = null
   /**
    * The request's Origin when it is in allowed_origins (as the browser sent it), else null: every

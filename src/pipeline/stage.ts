@@ -1,3 +1,4 @@
+import type { WardlineError } from '../errors'
 import type { Decision, Exchange, JsonRpcId } from './exchange'
 
 export const CONTINUE = Symbol('continue')
@@ -36,16 +37,77 @@ export type Verdict = typeof CONTINUE | Refusal
  * request go on (CONTINUE) or answers it (a Refusal). A stage never writes to the response itself and
  * never calls the next stage: `runStages` does. It may record what it learnt on the Exchange. A stage
  * throws only for failures (a WardlineError), never for refusals.
+ *
+ * Three phases, each optional but the first:
+ * - request: `run`, in chain order, until a stage refuses;
+ * - answer (forwarded requests only): `onOutcome` and `onMessage`, for the stages whose `answers`
+ *   names a method the request called (see pipeline/answer.ts);
+ * - finish: `finish`, in reverse chain order, for every stage whose `run` was called, once the
+ *   response has ended (answered, refused, failed or cut) and just before the audit record.
  */
 export interface Stage {
   readonly name: string
   run(ex: Exchange): Verdict | Promise<Verdict>
+  /**
+   * What this stage reads of the upstream's answer, declared once when the stage is built. Requests
+   * that call none of these methods pay nothing for it: their answer streams through untouched.
+   */
+  readonly answers?: AnswerInterest
+  /**
+   * The upstream's status as soon as its head arrives, or why there is none: called once for every
+   * forwarded request that called one of `answers.methods`, before any byte of the answer reaches the
+   * client (so `ex.responseHeaders` may still change). Synchronous; must not throw; work that waits
+   * (a refund in a database) is started here and never awaited.
+   */
+  onOutcome?(ex: Exchange, outcome: Outcome): void
+  /**
+   * With `answers.reads: 'messages'`: one JSON-RPC message of the answer, or a batch of them (the
+   * whole body of a JSON answer, the data of one SSE event), as text. Returns the text to send: the
+   * same string leaves the original bytes untouched; another string replaces them. Synchronous; must
+   * not throw.
+   */
+  onMessage?(ex: Exchange, message: string): string
+  /** Releases what `run` took for this request (a concurrency slot…). Synchronous; must not throw. */
+  finish?(ex: Exchange): void
 }
 
+export interface AnswerInterest {
+  /** JSON-RPC methods (exact names) whose answers this stage reads. */
+  readonly methods: readonly string[]
+  /**
+   * `outcome`: the status or the failure only, at no cost to the answer's streaming. `messages`: also
+   * every JSON-RPC message of it: a JSON answer is then held whole (up to MAX_READ_ANSWER_BYTES)
+   * before it is sent, an SSE answer is read event by event (each event held until it is complete),
+   * and the upstream is asked for an unencoded answer.
+   */
+  readonly reads: 'outcome' | 'messages'
+}
+
+/** What became of a forwarded request at the upstream, as far as the gateway can tell. */
+export interface Outcome {
+  /** The upstream's final HTTP status; 0 when none arrived. */
+  readonly status: number
+  /**
+   * Why no status arrived when the gateway knows: unreachable, timed out or failed before its head
+   * (WL_UPSTREAM_*). Null with status 0: the client left first (the upstream may still have run it).
+   */
+  readonly failure: WardlineError | null
+  /** False when the request never left the gateway (the client was gone before it was sent). */
+  readonly sent: boolean
+}
+
+/** Runs the request phase; `ex.stagesRun` then says how many stages' `run` was called (for the finish phase). */
 export async function runStages(stages: readonly Stage[], ex: Exchange): Promise<Refusal | null> {
-  for (const stage of stages) {
-    const verdict = await stage.run(ex)
+  for (let i = 0; i < stages.length; i++) {
+    ex.stagesRun = i + 1
+    const verdict = await stages[i].run(ex)
     if (verdict !== CONTINUE) return verdict
   }
   return null
+}
+
+/** The finish phase: every stage whose `run` was called, last first. */
+export function finishStages(stages: readonly Stage[], ex: Exchange): void {
+  for (let i = ex.stagesRun - 1; i >= 0; i--) stages[i].finish?.(ex)
+  ex.stagesRun = 0
 }

@@ -1,7 +1,5 @@
-import { createServer, type Server } from 'node:http'
+import type { Server } from 'node:http'
 import type { Pool } from 'pg'
-import type { AddressInfo } from 'node:net'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { JsonlAuditSink } from '../audit/jsonl-sink'
 import { auditReservationStage } from '../audit/reservation-stage'
 import { AuditTrail } from '../audit/trail'
@@ -14,13 +12,11 @@ import { type Authenticator, authStage } from '../auth/stage'
 import { FailOpenWindow } from '../budget/fail-open-window'
 import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
-import { type BudgetStage, budgetStage } from '../budget/stage'
+import { budgetStage } from '../budget/stage'
 import type { BudgetStore } from '../budget/store'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
 import { concurrencyStage } from '../concurrency/stage'
 import { keysNeedingRestart } from '../config/restart-keys'
-import { withDeadline } from '../deadline'
-import { describeError } from '../errors'
 import type { Config } from '../config/types'
 import { pathStage } from '../http/path-stage'
 import { httpStage } from '../http/stage'
@@ -37,6 +33,7 @@ import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
 import { Upstream } from '../upstream/forward'
 import { Gateway } from './gateway'
+import { type Closer, Lifecycle, type LifecycleParts } from './lifecycle'
 import { localRoutes } from './routes'
 
 export interface GatewayOptions {
@@ -63,21 +60,144 @@ export interface RunningGateway {
   reload(next: Config): string[]
 }
 
-/** The composition root: turns a validated Config into a listening gateway. */
+/**
+ * The composition root: turns a validated Config into a listening gateway. It only builds and wires
+ * (adapters picked from config, costly work done before the first request); Lifecycle owns starting,
+ * draining, reloading and stopping.
+ */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger(config.logLevel)
   const metrics = new Metrics(options.processMetrics ?? false)
   /** Released in reverse order of acquisition at shutdown, after the audit trail is flushed. */
-  const closers: Array<() => Promise<void> | void> = []
-  const readiness: ReadinessCheck[] = []
+  const closers: Closer[] = []
+  const opened: { audit: AuditTrail | null } = { audit: null }
+  let lifecycle: Lifecycle | null = null
+  let parts: LifecycleParts
+  try {
+    parts = await wire(config, options, log, metrics, closers, opened, () => lifecycle?.draining ?? false)
+  } catch (err) {
+    // Whatever was opened before the failure is released here: nothing was served.
+    await opened.audit?.close().catch(() => undefined)
+    for (const close of closers.reverse()) await Promise.resolve(close()).catch(() => undefined)
+    throw err
+  }
+  const started = (lifecycle = new Lifecycle(config, parts))
+  let url: string
+  try {
+    url = await started.start()
+  } catch (err) {
+    await started.shutdown() // releases what was built
+    throw err
+  }
+  return {
+    url,
+    server: lifecycle.server,
+    metrics,
+    audit: parts.audit,
+    shutdown: () => started.shutdown(),
+    reload: (next) => started.reload(next),
+  }
+}
 
+/** Opens every adapter the config asks for and wires the stages, the gateway and the local routes. */
+async function wire(
+  config: Config,
+  options: GatewayOptions,
+  log: Logger,
+  metrics: Metrics,
+  closers: Closer[],
+  opened: { audit: AuditTrail | null },
+  draining: () => boolean,
+): Promise<LifecycleParts> {
+  const readiness: ReadinessCheck[] = []
   // Postgres first: an unreachable database must stop startup before anything listens. The pool is
   // the first closer, so it is released last (after the audit trail is flushed into it). The spill
   // file is checked before it: nothing is open yet if it fails.
   const postgresOn = config.features.postgresStorage && config.postgres !== null
   const spill = postgresOn ? AuditSpill.open(config.audit.spillFile) : null
   const pool = postgresOn ? await openPostgres(config, log, closers) : null
+  const audit = (opened.audit = await openAuditTrail(config, pool, spill, metrics, log, readiness))
 
+  const authenticator = await openAuthenticator(config, log)
+  closers.push(() => authenticator.close?.())
+  const store = await openBudgetStore(config, pool, options.budgetStore, metrics, log, closers)
+  const upstream = new Upstream(config.upstream, config.http.trustedProxies)
+  closers.push(() => upstream.destroy())
+  const stages = stageChain(config, { audit, authenticator, store, metrics, log })
+  const gateway = new Gateway(stages.build(config), upstream, audit, log)
+
+  let current = config
+  const applyReload = (next: Config): string[] => {
+    const restartNeeded = keysNeedingRestart(current, next)
+    current = { ...current, budget: next.budget, policy: next.policy }
+    gateway.replaceStages(stages.build(current))
+    audit.reopen()
+    log.info('configuration reloaded: budget and policy apply to new requests; budget counts kept', {
+      restart_needed_for: restartNeeded,
+    })
+    if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })
+    return restartNeeded
+  }
+  const routes = localRoutes({
+    metrics,
+    readiness,
+    isShuttingDown: draining,
+    beforeMetrics: () => audit.observeQueues(),
+    resourceMetadata: config.auth.resourceMetadata,
+    readyDetails: store === null ? undefined : () => ({ budget_fail_opens_last_minute: stages.failOpensLastMinute() }),
+  })
+  return { gateway, routes, audit, log, closers, applyReload }
+}
+
+/** The request stages, in order, as a function of the reloadable config (budget and policy). */
+interface StageChain {
+  build(config: Config): Stage[]
+  /** Budget checks that failed open in the last minute (for /readyz), across reloads. */
+  failOpensLastMinute(): number
+}
+
+interface StageParts {
+  readonly audit: AuditTrail
+  readonly authenticator: Authenticator
+  readonly store: BudgetStore | null
+  readonly metrics: Metrics
+  readonly log: Logger
+}
+
+function stageChain(config: Config, parts: StageParts): StageChain {
+  const { audit, authenticator, store, metrics, log } = parts
+  // One limiter for the process, in the stages every reload reuses, so the counts of requests in
+  // flight survive a reload (max_concurrent_per_identity itself is a restart key).
+  const concurrency = new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity)
+  // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
+  const leading = [
+    httpStage(config.http),
+    authStage(authenticator, config.auth),
+    pathStage(),
+    jsonRpcStage(config.limits),
+    // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
+    concurrencyStage(concurrency, metrics),
+    auditReservationStage(audit),
+  ]
+  const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
+  return {
+    build(cfg) {
+      const budget = store === null ? [] : [budgetStage(store, cfg.budget, metrics, log, budgetFailures)]
+      return [...leading, ...budget, ...policyStages(cfg, log)] // budget before policy (DESIGN.md)
+    },
+    failOpensLastMinute: () => budgetFailures.failOpens.count(),
+  }
+}
+
+/** Every configured audit sink, each behind its writer (queue, retries; spill for Postgres). */
+async function openAuditTrail(
+  config: Config,
+  pool: Pool | null,
+  spill: AuditSpill | null,
+  metrics: Metrics,
+  log: Logger,
+  readiness: ReadinessCheck[],
+): Promise<AuditTrail> {
   const writers: AuditWriter[] = []
   const queueing = {
     maxQueueEntries: config.audit.maxQueueEntries,
@@ -92,131 +212,14 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
       spill,
       onSpilled: (n, name) => metrics.auditSpilled.labels(name).inc(n),
       onRejected: (n, name) => metrics.auditRejected.labels(name).inc(n),
+      onReplayed: (n, name) => metrics.auditReplayed.labels(name).inc(n),
     })
     writers.push(pgWriter)
     readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled }))
   }
-  const audit = new AuditTrail(writers, metrics, log)
-
-  const authenticator = await openAuthenticator(config, log)
-  const upstream = new Upstream(config.upstream, config.http.trustedProxies)
-  const store = await openBudgetStore(config, pool, options.budgetStore, log, closers)
-  // One limiter for the process: built before `leading`, which every reload reuses, so the counts of
-  // requests in flight survive a reload (max_concurrent_per_identity itself is a restart key).
-  const concurrency = new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity)
-  // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
-  const leading = [
-    httpStage(config.http),
-    authStage(authenticator, config.auth),
-    pathStage(),
-    jsonRpcStage(config.limits),
-    // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
-    concurrencyStage(concurrency, metrics),
-    auditReservationStage(audit),
-  ]
-  let budget: BudgetStage | null = null
-  const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
-  const stagesFor = (cfg: Config): Stage[] => {
-    budget = store === null ? null : budgetStage(store, cfg.budget, metrics, log, budgetFailures)
-    return [...leading, ...(budget === null ? [] : [budget]), ...policyStages(cfg, log)] // budget before policy (DESIGN.md)
-  }
-  const gateway = new Gateway(stagesFor(config), upstream, audit, log, concurrency)
-  let current = config
-
-  let shuttingDown = false
-  const routes = localRoutes({
-    metrics,
-    readiness,
-    isShuttingDown: () => shuttingDown,
-    beforeMetrics: () => audit.observeQueues(),
-    resourceMetadata: config.auth.resourceMetadata,
-    readyDetails: store === null ? undefined : () => ({ budget_fail_opens_last_minute: budget?.failOpensLastMinute() ?? 0 }),
-  })
-  const requestTimeoutMs = config.limits.requestTimeoutSeconds * 1000
-  const server = createServer(
-    {
-      keepAliveTimeout: 65_000,
-      // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
-      // response: SSE streams stay open for as long as the client wants.
-      requestTimeout: requestTimeoutMs,
-      headersTimeout: Math.min(60_000, requestTimeoutMs),
-      connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
-    },
-    (req, res) => {
-      // Draining: answer what arrives on a kept-alive connection, but close the connection after it
-      // (gateway.drain() does the same for proxied requests already in flight).
-      if (shuttingDown) res.shouldKeepAlive = false
-      if (!routes.handle(req, res)) void gateway.handle(req, res)
-    },
-  )
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(config.listen.port, config.listen.host, () => {
-      server.off('error', reject)
-      resolve()
-    })
-  })
-  const address = server.address() as AddressInfo
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address
-  log.info('wardline listening', { listen: `${host}:${address.port}`, upstream: config.upstream.url, auth: config.auth.mode })
-
-  let stopping: Promise<void> | null = null
-  const shutdown = (): Promise<void> => {
-    stopping ??= (async () => {
-      shuttingDown = true
-      gateway.drain()
-      if (config.shutdownDelaySeconds > 0) {
-        // Keep serving while /readyz says 503, so load balancers stop sending before connections are refused.
-        log.info('not ready: still serving during shutdown_delay_seconds', { seconds: config.shutdownDelaySeconds })
-        await sleep(config.shutdownDelaySeconds * 1000)
-      }
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()))
-      const deadline = Date.now() + config.shutdownGraceSeconds * 1000
-      while (gateway.inFlight > 0 && Date.now() < deadline) {
-        server.closeIdleConnections() // a connection whose last response just ended takes no new request
-        await sleep(20)
-      }
-      if (gateway.inFlight > 0) log.warn('shutdown grace period over: closing open requests', { in_flight: gateway.inFlight })
-      gateway.cuttingConnections = true
-      server.closeAllConnections()
-      await closed
-      // Requests cut short above write their audit entry in their `finally` once their relay or stage
-      // settles (a budget check is bounded by check_timeout_seconds): wait for that, bounded, so the
-      // trail is complete before it is flushed and closed.
-      const settleBy = Date.now() + Math.max(2000, config.budget.checkTimeoutSeconds * 1000 + 1000)
-      while (gateway.inFlight > 0 && Date.now() < settleBy) await sleep(10)
-      if (gateway.inFlight > 0)
-        log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
-      // Bounded: a sink that never completes a write (a stdout reader that stopped reading) must not
-      // keep the process from exiting. The Postgres writer bounds itself well inside this.
-      await withDeadline(audit.close(), AUDIT_CLOSE_TIMEOUT_MS, 'audit trail not flushed in time').catch((err: unknown) => {
-        log.error('audit trail not fully written at shutdown: the entries still queued are lost', {
-          error: describeError(err),
-          pending: Object.fromEntries(audit.writers.map((w) => [w.sink.name, w.pending])),
-        })
-      })
-      await upstream.destroy()
-      authenticator.close?.()
-      for (const close of closers.reverse()) await close()
-      log.info('wardline stopped')
-    })()
-    return stopping
-  }
-
-  const reload = (next: Config): string[] => {
-    const restartNeeded = keysNeedingRestart(current, next)
-    gateway.replaceStages(stagesFor({ ...current, budget: next.budget, policy: next.policy }))
-    audit.reopen()
-    current = { ...current, budget: next.budget, policy: next.policy }
-    log.info('configuration reloaded: budget and policy apply to new requests; budget counts kept', { restart_needed_for: restartNeeded })
-    if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })
-    return restartNeeded
-  }
-
-  return { url: `http://${host}:${address.port}`, server, metrics, audit, shutdown, reload }
+  return new AuditTrail(writers, metrics, log)
 }
 
-/** The budget store, or null (and nothing counted) while features.budget_enforcement is off. */
 /**
  * The budget store: none while features.budget_enforcement is off (nothing counted), the one a test
  * injects, the shared Postgres store (with its reaper) when there is a pool, else memory.
@@ -225,8 +228,9 @@ async function openBudgetStore(
   config: Config,
   pool: Pool | null,
   injected: BudgetStore | undefined,
+  metrics: Metrics,
   log: Logger,
-  closers: Array<() => Promise<void> | void>,
+  closers: Closer[],
 ): Promise<BudgetStore | null> {
   if (!config.features.budgetEnforcement) {
     if (config.budget.configured) log.warn('features.budget_enforcement is false: the budget: block is ignored and nothing is counted')
@@ -236,7 +240,7 @@ async function openBudgetStore(
   if (injected !== undefined) {
     store = injected
   } else if (pool !== null) {
-    store = await openPostgresBudget(pool, config, log, closers)
+    store = await openPostgresBudget(pool, config, metrics, log, closers)
   } else {
     store = new MemoryBudgetStore()
   }
@@ -268,14 +272,11 @@ function policyStages(config: Config, log: Logger): Stage[] {
   return [policyStage(compilePolicy(policy))]
 }
 
-/** Longest wait at shutdown for the audit sinks to take every queued entry. */
-const AUDIT_CLOSE_TIMEOUT_MS = 30_000
-
-/** Startup bound on reaching the database: fail with one clear line instead of hanging (issue 6). */
+/** Startup bound on reaching the database: fail with one clear line instead of hanging. */
 const POSTGRES_STARTUP_TIMEOUT_MS = 5000
 
 /** The one pool for every Postgres feature, reachable and migrated, or a WL_POSTGRES_UNAVAILABLE error. */
-async function openPostgres(config: Config, log: Logger, closers: Array<() => Promise<void> | void>): Promise<Pool> {
+async function openPostgres(config: Config, log: Logger, closers: Closer[]): Promise<Pool> {
   const checkTimeoutMs = config.budget.checkTimeoutSeconds * 1000
   const pool = openPool(config.postgres as NonNullable<Config['postgres']>, log, {
     // A budget check cannot use a connection it gets after its own deadline. (A reload that raises
@@ -299,13 +300,12 @@ async function openPostgres(config: Config, log: Logger, closers: Array<() => Pr
 }
 
 /** The shared budget store (with its reaper), or undefined while budgets are off. */
-async function openPostgresBudget(
-  pool: Pool,
-  config: Config,
-  log: Logger,
-  closers: Array<() => Promise<void> | void>,
-): Promise<BudgetStore> {
-  const store = new PostgresBudgetStore(pool, { checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000, log })
+async function openPostgresBudget(pool: Pool, config: Config, metrics: Metrics, log: Logger, closers: Closer[]): Promise<BudgetStore> {
+  const store = new PostgresBudgetStore(pool, {
+    checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000,
+    log,
+    onRefunded: () => metrics.budgetRefunds.inc(),
+  })
   await store.calibrate()
   const reaper = new BudgetReaper(pool, log)
   reaper.start()

@@ -1,21 +1,32 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
-import type { ConcurrencyLimiter } from '../concurrency/limiter'
 import { WardlineError, describeError } from '../errors'
 import { writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
 import { setCorsHeaders } from '../pipeline/cors'
 import { Exchange } from '../pipeline/exchange'
-import { type Refusal, type Stage, runStages } from '../pipeline/stage'
-import type { Upstream } from '../upstream/forward'
+import { AnswerPlan } from '../pipeline/answer'
+import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
+import { CLIENT_CLOSED, type Upstream } from '../upstream/forward'
 
-/** Runs one proxied request: stages, then the upstream or a local answer, then exactly one audit record. */
+/** A stage chain and the answer plan made from it, swapped together at a reload. */
+interface Chain {
+  readonly stages: readonly Stage[]
+  readonly answers: AnswerPlan
+}
+
+function chainOf(stages: readonly Stage[]): Chain {
+  return { stages, answers: new AnswerPlan(stages) }
+}
+
+/**
+ * Runs one proxied request through the phases (pipeline/stage.ts): the request stages, then the
+ * upstream (with the answer phase) or a local answer, then the finish phase and exactly one audit record.
+ */
 export class Gateway {
   /** Requests between arrival and their audit record. */
   private readonly running = new Set<Exchange>()
-  /** Set when shutdown closes the connections still open, so their entries say who closed them. */
-  cuttingConnections = false
 
   /** Requests not yet audited; shutdown waits for this to reach 0. */
   get inFlight(): number {
@@ -30,41 +41,50 @@ export class Gateway {
     for (const ex of this.running) if (!ex.res.headersSent) ex.res.shouldKeepAlive = false
   }
 
+  /**
+   * Shutdown, once the grace period is over: marks every request still running as cut by the gateway
+   * (the caller then closes their connections), so each audit entry says who ended it.
+   */
+  cutRemaining(): void {
+    for (const ex of this.running) if (!ex.aborted) ex.cutAtShutdown = true
+  }
+
+  private chain: Chain
+
   constructor(
-    private stages: readonly Stage[],
+    stages: readonly Stage[],
     private readonly upstream: Upstream,
     private readonly audit: AuditTrail,
     private readonly log: Logger,
-    /** Holds the per-identity slots the concurrency stage takes; the same one across reloads. */
-    private readonly concurrency: ConcurrencyLimiter,
-  ) {}
+  ) {
+    this.chain = chainOf(stages)
+  }
 
   /** Swaps the stage chain (a config reload); requests already running keep the chain they started with. */
   replaceStages(stages: readonly Stage[]): void {
-    this.stages = stages
+    this.chain = chainOf(stages)
   }
 
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
+    const chain = this.chain
     this.running.add(ex)
     try {
-      const refusal = await runStages(this.stages, ex)
+      const refusal = await runStages(chain.stages, ex)
       if (refusal !== null) refuse(ex, refusal)
       else {
+        chain.answers.attach(ex)
         ex.forwarded = true // from here the request may run upstream: audited per batch element
         await this.upstream.forward(ex)
       }
     } catch (err) {
       this.replyWithError(ex, err)
     } finally {
-      if (this.cuttingConnections && ex.aborted) ex.reason = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
+      if (ex.cutAtShutdown && ex.aborted) ex.reason = cutReason(ex.reason)
       this.running.delete(ex)
-      // The slot the concurrency stage took is given back here, once, beside the audit record: every
-      // path (refused later, failed, client gone, stream closed) ends in this `finally`.
-      if (ex.concurrencyKey !== null) {
-        this.concurrency.release(ex.concurrencyKey)
-        ex.concurrencyKey = null
-      }
+      // Every path (refused, failed, client gone, stream closed) ends here, once: the stages release
+      // what they took, then the request is audited.
+      finishStages(chain.stages, ex)
       this.audit.record(ex)
     }
   }
@@ -87,6 +107,18 @@ export class Gateway {
     const retry = status === 503 ? { 'retry-after': '1' } : undefined
     writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)
   }
+}
+
+const CUT_AT_SHUTDOWN = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
+
+/**
+ * A request cut at shutdown keeps the reason it already had (a budget check that failed open must
+ * still say so) and adds who closed it; the relay's "client closed the connection" is replaced, as
+ * it was the gateway that closed it.
+ */
+function cutReason(reason: string): string {
+  if (reason === '' || reason === CLIENT_CLOSED) return CUT_AT_SHUTDOWN
+  return `${reason}; ${CUT_AT_SHUTDOWN}`
 }
 
 const MESSAGES: Record<number, string> = {

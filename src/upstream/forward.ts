@@ -3,9 +3,17 @@ import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/types'
 import { WardlineError, describeError } from '../errors'
 import { pushCorsHeaders } from '../pipeline/cors'
+import { reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
 import { ForwardedHeaders } from './forwarded'
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers'
+import { SseMessages } from './sse-messages'
+
+/**
+ * Most bytes of an answer held for a stage that reads its messages: a whole JSON answer, or one SSE
+ * event. A longer one is not read (502 when nothing was sent yet, else the stream is cut).
+ */
+export const MAX_READ_ANSWER_BYTES = 16 * 1024 * 1024
 
 /** undici codes meaning the upstream never answered in time. */
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT'])
@@ -54,10 +62,13 @@ export class Upstream {
     // and its 'close' came before any listener here could hear it.
     if (ex.res.destroyed) {
       clientLeft(ex)
+      reportOutcome(ex, { status: 0, failure: null, sent: false })
       return Promise.resolve()
     }
     const req = ex.req
     const headers = upstreamRequestHeaders(req.rawHeaders, req.headers)
+    // A stage reads this answer's messages: ask for them unencoded (an encoded answer is refused below).
+    if (ex.readsMessages) withoutHeader(headers, 'accept-encoding')
     if (ex.principal !== null) {
       headers.push('x-wardline-identity', headerSafe(ex.principal.identity), 'x-wardline-tenant', headerSafe(ex.principal.tenant))
     }
@@ -103,6 +114,10 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    */
   private heldStatus = 0
   private heldHeaders: string[] | null = null
+  /** For a stage that reads the answer's messages: the JSON answer's chunks so far, or the SSE reader. */
+  private jsonChunks: Buffer[] | null = null
+  private jsonBytes = 0
+  private sse: SseMessages | null = null
   /**
    * upstream_timeout_seconds counts from the moment the request is handed to the pool: undici's own
    * headersTimeout starts only once a connection is free, so a request queued behind a saturated pool
@@ -130,6 +145,10 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     if (statusCode < 200 || this.settled) return // 1xx informational: the final response follows
     clearTimeout(this.deadline)
     this.started = true
+    if (this.ex.answerReaders !== null) {
+      reportOutcome(this.ex, { status: statusCode, failure: null, sent: true })
+      if (this.ex.readsMessages && !this.readMessages(headers)) return
+    }
     const res = this.ex.res
     const extra = this.ex.responseHeaders
     const cors = this.ex.corsOrigin
@@ -137,10 +156,18 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     if (extra !== null) for (const name in extra) out.push(name, extra[name])
     if (cors !== null) pushCorsHeaders(out, cors)
     out.push('x-wardline-request-id', this.ex.requestId)
+    if (this.jsonChunks !== null) {
+      // Held whole and perhaps rewritten: the length is set once the body is known.
+      withoutHeader(out, 'content-length')
+      this.heldStatus = statusCode
+      this.heldHeaders = out
+      return
+    }
+    if (this.sse !== null) withoutHeader(out, 'content-length')
     // SSE (no content-length): send the headers now rather than with the first event, which may be
     // minutes away. A sized body follows at once: flushing its head separately cost a second socket
     // write per response (12% of the gateway's sampled time).
-    if (headers['content-length'] === undefined) {
+    if (headers['content-length'] === undefined || this.sse !== null) {
       this.writeHead(statusCode, out)
       res.flushHeaders()
     } else {
@@ -160,7 +187,58 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.heldHeaders = null
   }
 
+  /**
+   * A stage reads this answer's messages: a JSON answer is held whole, an SSE one read event by event;
+   * anything else passes as it is. False (and the request failed) when the answer cannot be read.
+   */
+  private readMessages(headers: IncomingHttpHeaders): boolean {
+    const encoding = headers['content-encoding']
+    if (encoding !== undefined && encoding !== 'identity') {
+      this.unreadable(`the answer is content-encoded (${String(encoding)}) and a stage must read it`)
+      return false
+    }
+    const type = String(headers['content-type'] ?? '').toLowerCase()
+    if (type.startsWith('application/json')) this.jsonChunks = []
+    else if (type.startsWith('text/event-stream')) {
+      this.sse = new SseMessages((data) => rewriteMessage(this.ex, data), MAX_READ_ANSWER_BYTES)
+    }
+    return true
+  }
+
+  /** An answer a stage must read but cannot: 502 while nothing was sent, else the stream is cut. */
+  private unreadable(why: string): void {
+    const err = new WardlineError('WL_UPSTREAM_FAILED', `upstream answer not readable: ${why}`)
+    // Settle first: the abort below reports back through onResponseError, which must not win.
+    if (this.heldHeaders !== null || !this.ex.res.headersSent) {
+      this.heldHeaders = null
+      this.jsonChunks = null
+      this.fail(err)
+    } else {
+      this.ex.aborted = true
+      this.ex.decision = 'error'
+      this.ex.reason = err.message
+      this.ex.res.destroy()
+      this.finish()
+    }
+    this.controller?.abort(err)
+  }
+
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.settled) return
+    if (this.jsonChunks !== null) {
+      this.jsonBytes += chunk.length
+      if (this.jsonBytes > MAX_READ_ANSWER_BYTES) return this.unreadable(`a JSON answer passed ${MAX_READ_ANSWER_BYTES} bytes`)
+      this.jsonChunks.push(chunk)
+      return
+    }
+    if (this.sse !== null) {
+      try {
+        chunk = this.sse.push(chunk)
+      } catch (err) {
+        return this.unreadable((err as Error).message)
+      }
+      if (chunk.length === 0) return
+    }
     this.writeHeldHead()
     if (!this.ex.res.write(chunk)) {
       controller.pause()
@@ -169,16 +247,35 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    if (this.settled) return
+    if (this.jsonChunks !== null) return this.endJson(this.jsonChunks)
+    const rest = this.sse?.end()
     this.writeHeldHead()
+    if (rest) this.ex.res.write(rest)
     this.ex.res.end()
     this.finish()
   }
 
+  /** A held JSON answer: its reader(s) may rewrite it; unchanged text keeps the original bytes. */
+  private endJson(chunks: Buffer[]): void {
+    this.jsonChunks = null
+    const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)
+    const text = body.toString('utf8')
+    const rewritten = rewriteMessage(this.ex, text)
+    const bytes = rewritten === text ? body : Buffer.from(rewritten, 'utf8')
+    this.heldHeaders?.push('content-length', String(bytes.length))
+    this.writeHeldHead()
+    this.ex.res.end(bytes)
+    this.finish()
+  }
+
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.settled) return // the gateway gave up first (deadline, unreadable answer): it already answered
     if (this.ex.aborted) return this.finish() // our own abort after the client left
     // Nothing sent to the client yet (not even a held head): the gateway can still answer 502.
     if (!this.started || this.heldHeaders !== null) {
       this.heldHeaders = null
+      this.jsonChunks = null
       return this.fail(classify(err))
     }
     this.ex.aborted = true
@@ -195,6 +292,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   private readonly onClientClose = (): void => {
     if (this.settled || this.ex.res.writableFinished) return
     clientLeft(this.ex)
+    if (!this.started) reportOutcome(this.ex, { status: 0, failure: null, sent: true })
     this.controller?.abort(new Error('client closed the connection'))
     this.finish()
   }
@@ -209,6 +307,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   private fail(err: WardlineError): void {
     if (this.settled) return
+    // Nothing of an answer reached the client: the readers hear why (unless a status already arrived).
+    reportOutcome(this.ex, { status: 0, failure: err, sent: true })
     this.settled = true
     this.detach()
     this.reject(err)
@@ -228,9 +328,19 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 }
 
+/** The audit reason of a request whose client left before its answer ended. */
+export const CLIENT_CLOSED = 'client closed the connection'
+
+/** Removes every `name` (lower-case) from a flat [name, value, …] header list. */
+function withoutHeader(headers: string[], name: string): void {
+  for (let i = headers.length - 2; i >= 0; i -= 2) {
+    if (headers[i].toLowerCase() === name) headers.splice(i, 2)
+  }
+}
+
 function clientLeft(ex: Exchange): void {
   ex.aborted = true
-  if (!ex.reason) ex.reason = 'client closed the connection'
+  if (!ex.reason) ex.reason = CLIENT_CLOSED
   if (ex.status === 0) ex.status = 499 // nginx's "client closed request": nothing was answered
 }
 

@@ -1,0 +1,56 @@
+import type { Exchange } from './exchange'
+import type { Outcome, Stage } from './stage'
+
+/**
+ * The answer phase's plan for one stage chain, made when the chain is built: which stages read
+ * answers, and for which methods. A chain where no stage declares `answers` (today's) costs a forwarded
+ * request one length check.
+ */
+export class AnswerPlan {
+  private readonly readers: ReadonlyArray<{ stage: Stage; methods: ReadonlySet<string>; messages: boolean }>
+
+  constructor(stages: readonly Stage[]) {
+    this.readers = stages
+      .filter((s) => s.answers !== undefined && s.answers.methods.length > 0)
+      .map((stage) => ({ stage, methods: new Set(stage.answers!.methods), messages: stage.answers!.reads === 'messages' }))
+  }
+
+  /**
+   * Called once a request is admitted, before it is forwarded: notes on the exchange the stages that
+   * read its answer (in chain order) and whether any reads its messages.
+   */
+  attach(ex: Exchange): void {
+    const readers = this.readers
+    if (readers.length === 0) return
+    const calls = ex.calls
+    for (let r = 0; r < readers.length; r++) {
+      const reader = readers[r]
+      for (let i = 0; i < calls.length; i++) {
+        if (!reader.methods.has(calls[i].method)) continue
+        ;(ex.answerReaders ??= []).push(reader.stage)
+        if (reader.messages) ex.readsMessages = true
+        break
+      }
+    }
+  }
+}
+
+/** Tells every reader of this request's answer what became of it; once per request (later calls do nothing). */
+export function reportOutcome(ex: Exchange, outcome: Outcome): void {
+  const readers = ex.answerReaders
+  if (readers === null || ex.outcomeReported) return
+  ex.outcomeReported = true
+  for (let i = 0; i < readers.length; i++) readers[i].onOutcome?.(ex, outcome)
+}
+
+/** Passes one message of the answer through every reader that reads messages, in chain order. */
+export function rewriteMessage(ex: Exchange, message: string): string {
+  const readers = ex.answerReaders
+  if (readers === null) return message
+  let text = message
+  for (let i = 0; i < readers.length; i++) {
+    const reader = readers[i]
+    if (reader.onMessage !== undefined && reader.answers?.reads === 'messages') text = reader.onMessage(ex, text)
+  }
+  return text
+}

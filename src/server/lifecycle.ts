@@ -1,0 +1,181 @@
+import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { AuditTrail } from '../audit/trail'
+import type { Config } from '../config/types'
+import { withDeadline } from '../deadline'
+import { describeError } from '../errors'
+import type { Logger } from '../log'
+import type { Gateway } from './gateway'
+import type { LocalRoutes } from './routes'
+
+/**
+ * The gateway's states, in the only order it goes through them:
+ *
+ *   created ──start()──▶ serving ──shutdown()──▶ draining ──▶ stopped
+ *
+ * `reload()` applies only while serving; a second `shutdown()` joins the first.
+ */
+export type LifecycleState = 'created' | 'serving' | 'draining' | 'stopped'
+
+/** A resource released at shutdown, after the audit trail is flushed. */
+export type Closer = () => Promise<void> | void
+
+export interface LifecycleParts {
+  readonly gateway: Gateway
+  readonly routes: LocalRoutes
+  readonly audit: AuditTrail
+  readonly log: Logger
+  /** Released in reverse order of the list (the first acquired is released last), after the audit trail. */
+  readonly closers: readonly Closer[]
+  /** Builds and swaps in what a reload changes (compose.ts knows how); returns the keys that need a restart. */
+  readonly applyReload: (next: Config) => string[]
+}
+
+/** Longest wait at shutdown for the audit sinks to take every queued entry. */
+const AUDIT_CLOSE_TIMEOUT_MS = 30_000
+
+/**
+ * Start, drain, shutdown and reload: the one place that knows what state the gateway is in. It owns
+ * the listener; compose.ts builds the parts and hands them over.
+ */
+export class Lifecycle {
+  private current: LifecycleState = 'created'
+  private stopping: Promise<void> | null = null
+  readonly server: Server
+
+  constructor(
+    private readonly config: Config,
+    private readonly parts: LifecycleParts,
+  ) {
+    const requestTimeoutMs = config.limits.requestTimeoutSeconds * 1000
+    this.server = createServer(
+      {
+        keepAliveTimeout: 65_000,
+        // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
+        // response: SSE streams stay open for as long as the client wants.
+        requestTimeout: requestTimeoutMs,
+        headersTimeout: Math.min(60_000, requestTimeoutMs),
+        connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
+      },
+      this.onRequest,
+    )
+  }
+
+  get state(): LifecycleState {
+    return this.current
+  }
+
+  /** True from the moment shutdown begins: /readyz answers 503 and connections close after their response. */
+  get draining(): boolean {
+    return this.current === 'draining' || this.current === 'stopped'
+  }
+
+  private readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    // Draining: answer what arrives on a kept-alive connection, but close the connection after it
+    // (gateway.drain() does the same for proxied requests already in flight).
+    if (this.draining) res.shouldKeepAlive = false
+    if (!this.parts.routes.handle(req, res)) void this.parts.gateway.handle(req, res)
+  }
+
+  /** Listens on config.listen; resolves with the URL it listens on (the real port when the config asked for 0). */
+  async start(): Promise<string> {
+    if (this.current !== 'created') throw new Error(`cannot start a gateway that is ${this.current}`)
+    const { host, port } = this.config.listen
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject)
+      this.server.listen(port, host, () => {
+        this.server.off('error', reject)
+        resolve()
+      })
+    })
+    this.current = 'serving'
+    const address = this.server.address() as AddressInfo
+    const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address
+    this.parts.log.info('wardline listening', {
+      listen: `${shown}:${address.port}`,
+      upstream: this.config.upstream.url,
+      auth: this.config.auth.mode,
+    })
+    return `http://${shown}:${address.port}`
+  }
+
+  /** Applies a new config's reloadable keys while serving; while draining or stopped it changes nothing. */
+  reload(next: Config): string[] {
+    if (this.current !== 'serving') {
+      this.parts.log.warn('configuration reload ignored: the gateway is not serving', { state: this.current })
+      return []
+    }
+    return this.parts.applyReload(next)
+  }
+
+  /**
+   * Graceful stop: readiness 503 (and still serving for shutdown_delay_seconds), stop accepting, let
+   * in-flight requests finish within shutdown_grace_seconds, cut the rest, wait for their audit
+   * entries, flush the audit trail, release everything. Idempotent.
+   */
+  shutdown(): Promise<void> {
+    this.stopping ??= this.stop()
+    return this.stopping
+  }
+
+  private async stop(): Promise<void> {
+    const wasServing = this.current === 'serving'
+    this.current = 'draining'
+    if (wasServing) await this.drain()
+    const { audit, log } = this.parts
+    // Bounded: a sink that never completes a write (a stdout reader that stopped reading) must not
+    // keep the process from exiting. The Postgres writer bounds itself well inside this.
+    await withDeadline(audit.close(), AUDIT_CLOSE_TIMEOUT_MS, 'audit trail not flushed in time').catch((err: unknown) => {
+      log.error('audit trail not fully written at shutdown: the entries still queued are lost', {
+        error: describeError(err),
+        pending: Object.fromEntries(audit.writers.map((w) => [w.sink.name, w.pending])),
+      })
+    })
+    await this.release()
+    this.current = 'stopped'
+    if (wasServing) log.info('wardline stopped')
+  }
+
+  /** Stops accepting, lets requests finish within the grace period, cuts the rest and waits for their audit records. */
+  private async drain(): Promise<void> {
+    const { gateway, log } = this.parts
+    const config = this.config
+    gateway.drain()
+    if (config.shutdownDelaySeconds > 0) {
+      // Keep serving while /readyz says 503, so load balancers stop sending before connections are refused.
+      log.info('not ready: still serving during shutdown_delay_seconds', { seconds: config.shutdownDelaySeconds })
+      await sleep(config.shutdownDelaySeconds * 1000)
+    }
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()))
+    const deadline = Date.now() + config.shutdownGraceSeconds * 1000
+    while (gateway.inFlight > 0 && Date.now() < deadline) {
+      this.server.closeIdleConnections() // a connection whose last response just ended takes no new request
+      await sleep(20)
+    }
+    if (gateway.inFlight > 0) {
+      log.warn('shutdown grace period over: closing open requests', { in_flight: gateway.inFlight })
+      gateway.cutRemaining()
+    }
+    this.server.closeAllConnections()
+    await closed
+    // Requests cut short above write their audit entry in their `finally` once their relay or stage
+    // settles (a budget check is bounded by check_timeout_seconds): wait for that, bounded, so the
+    // trail is complete before it is flushed and closed.
+    const settleBy = Date.now() + Math.max(2000, config.budget.checkTimeoutSeconds * 1000 + 1000)
+    while (gateway.inFlight > 0 && Date.now() < settleBy) await sleep(10)
+    if (gateway.inFlight > 0) {
+      log.error('requests still running after shutdown: their audit entries may be missing', { in_flight: gateway.inFlight })
+    }
+  }
+
+  private async release(): Promise<void> {
+    for (const close of [...this.parts.closers].reverse()) {
+      try {
+        await close()
+      } catch (err) {
+        this.parts.log.error('a resource failed to close at shutdown', { error: describeError(err) })
+      }
+    }
+  }
+}
