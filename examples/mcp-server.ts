@@ -1,12 +1,12 @@
 /**
- * A small MCP server built with the official SDK, used by `npm start`, the tests and the benchmark.
+ * A small MCP server built with the official SDK, used by `npm start`, the tests and docker-compose.yml.
  * It speaks Streamable HTTP on /mcp (stateful with sessions, or stateless with JSON or SSE answers)
  * and the legacy HTTP+SSE transport on GET /sse + POST /messages?sessionId=….
  *
  * Tools: echo, add, whoami (shows the X-Wardline-* headers the gateway set), count_slowly (sends a
  * progress notification per step before its result), expensive_tool. One resource and one prompt.
  *
- * Run on its own: node dist/examples/mcp-server.js [--port 3001] [--mode stateful|stateless-json|stateless-sse]
+ * Run on its own: node dist/examples/mcp-server.js [--port 3001] [--host 127.0.0.1] [--mode stateful|stateless-json|stateless-sse]
  */
 import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'

@@ -139,12 +139,40 @@ test('two replicas share one database but publish different ports and keep separ
   expect(spill(a)).not.toBe(spill(b))
 })
 
+/** The Dockerfile's stages in order: the image each starts from, the name after AS, and its text. */
+const stages = dockerfile
+  .split(/^FROM /m)
+  .slice(1)
+  .map((text) => {
+    const [from, , name] = text.slice(0, text.indexOf('\n')).split(/\s+/)
+    return { from, name, text }
+  })
+const stage = (name: string) => stages.find((s) => s.name === name)?.text ?? ''
+
 test('the Dockerfile builds dist/ in a build stage and runs production dependencies as a non-root user', () => {
-  const stages = dockerfile.split(/^FROM /m).slice(1)
-  expect(stages).toHaveLength(2)
-  expect(stages[0]).toMatch(/tsc -p tsconfig.build.json/)
-  expect(stages[1]).toMatch(/npm ci --omit=dev/)
-  expect(stages[1]).toMatch(/COPY --from=build \/app\/dist/)
-  expect(stages[1]).toMatch(/^USER node$/m)
-  expect(stages[1]).toMatch(/ENTRYPOINT \["node", "dist\/src\/main.js"\]/)
+  expect(stage('build')).toMatch(/tsc -p tsconfig.build.json/)
+  const runtime = stage('runtime')
+  expect(runtime).toMatch(/npm ci --omit=dev/)
+  expect(runtime).toMatch(/COPY --from=build \/app\/dist/)
+  expect(runtime).toMatch(/^USER node$/m)
+  expect(runtime).toMatch(/ENTRYPOINT \["node", "dist\/src\/main.js"\]/)
+})
+
+test('a build without a target gives the gateway image, and the example MCP server service builds the example target', () => {
+  const last = stages[stages.length - 1]
+  expect(last.from).toBe('runtime')
+  expect(last.text).not.toMatch(/^(RUN|COPY|ENTRYPOINT|CMD|HEALTHCHECK) /m)
+  for (const [, svc] of gateways) expect(svc.build).toBe('.')
+  expect(base.services['mcp-server'].build).toEqual({ context: '.', target: 'example' })
+  expect(stages.find((s) => s.name === 'example')?.from).toBe('runtime')
+})
+
+test('the example target adds every package the example server imports that the runtime leaves out', () => {
+  const { dependencies } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { dependencies: Record<string, string> }
+  const source = readFileSync(join(root, 'examples', 'mcp-server.ts'), 'utf8')
+  const imported = [...source.matchAll(/from '((?:@[^/']+\/)?[^/'.][^/']*)/g)].map((m) => m[1]).filter((name) => !name.startsWith('node:'))
+  expect(imported).toContain('@modelcontextprotocol/sdk')
+  const query = /npm query '([^']*)'/.exec(stage('example-deps'))?.[1] ?? ''
+  for (const name of imported.filter((n) => !(n in dependencies))) expect(query.split(/,\s*/)).toContain(`#${name}`)
+  expect(stage('example')).toMatch(/^COPY --from=example-deps \/example\/node_modules \.\/node_modules$/m)
 })
