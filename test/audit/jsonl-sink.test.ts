@@ -1,9 +1,11 @@
-import { readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync, readlinkSync, realpathSync, renameSync, writeFileSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { AuditEntry } from '../../src/audit/entry'
 import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
 import { tempDir } from '../helpers/harness'
+import { StdoutSinkProcess } from '../helpers/stdout-sink'
+import { auditEntry, auditSinkContract } from './sink-contract'
 
 const entry = (id: string): AuditEntry => ({
   timestamp: '2026-11-29T00:00:00.000Z',
@@ -105,5 +107,76 @@ describe('line integrity', () => {
     // Python's str.splitlines() and JavaScript line terminators would split here; nothing is left to split.
     expect(text.split(/\r\n|[\n\r\u2028\u2029]/).filter((l) => l.length > 0)).toHaveLength(1)
     expect((JSON.parse(text) as AuditEntry).tool).toBe(tool)
+  })
+})
+
+/**
+ * The entries in a JSONL file, split into lines the way the strictest common reader does: Python's
+ * str.splitlines() also breaks on \v, \f, \x1c-\x1e, U+0085, U+2028 and U+2029. A line any of them
+ * split is no longer JSON, so the contract's read-back fails on it.
+ */
+function readLines(path: string): AuditEntry[] {
+  if (!existsSync(path)) return []
+  return readFileSync(path, 'utf8')
+    .split(/\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/)
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as AuditEntry)
+}
+
+/** File descriptors of this process open on `path` (Linux /proc), renamed or deleted ones included. */
+function openHandles(path: string): number {
+  let n = 0
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`)
+      if (target === path || target === `${path} (deleted)`) n++
+    } catch {
+      // the fd readdir itself used, already closed
+    }
+  }
+  return n
+}
+
+auditSinkContract(
+  'JsonlAuditSink on a file',
+  { retriedEntry: 'twice', refusesWritesAfterClose: true, reopen: 'rotates', rejects: false, holds: 'handles' },
+  async () => {
+    const path = join(realpathSync(tempDir()), 'audit.jsonl')
+    const sink = await JsonlAuditSink.open(path)
+    return {
+      sink,
+      readBack: async () => readLines(path),
+      rotate: async () => {
+        renameSync(path, `${path}.1`)
+        return async () => readLines(`${path}.1`)
+      },
+      handles: () => openHandles(path),
+    }
+  },
+)
+
+auditSinkContract(
+  'JsonlAuditSink on stdout',
+  { retriedEntry: 'twice', refusesWritesAfterClose: true, reopen: 'no-op', rejects: false, holds: 'nothing' },
+  async () => {
+    const path = join(tempDir(), 'stdout.jsonl')
+    const sink = await StdoutSinkProcess.start(path)
+    return { sink, readBack: async () => readLines(path), cleanup: () => sink.stop() }
+  },
+)
+
+describe('JSONL lines and line-splitting readers', () => {
+  // BUG (reported in /work/reports/contracts.md): toJsonLines escapes U+2028/U+2029 because Python's
+  // str.splitlines() breaks lines on them, but splitlines() breaks on U+0085 (NEL) too, and
+  // JSON.stringify leaves it raw. session_id is copied unchecked from the Mcp-Session-Id header (or the
+  // ?sessionId= query), where a client can put a 0x85 byte, so one caller can split its audit line in
+  // two for such readers. Remove `.failing` once U+0085 is escaped like U+2028.
+  test.failing('U+0085 in a field (a session id from the Mcp-Session-Id header) leaves the line whole for str.splitlines()', async () => {
+    const path = join(tempDir(), 'audit.jsonl')
+    const sink = await JsonlAuditSink.open(path)
+    const nel = auditEntry('nel', { session_id: 'abc\u0085{"decision":"allow"}' })
+    await sink.write([nel])
+    await sink.close()
+    expect(readLines(path)).toEqual([nel])
   })
 })

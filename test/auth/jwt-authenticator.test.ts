@@ -10,6 +10,7 @@ import type { JwtConfig } from '../../src/config/types'
 import { silentLogger } from '../../src/log'
 import { configFrom, tempDir } from '../helpers/harness'
 import { SECRET, hour, hs, rsaKey, signWith, unsigned } from './forge'
+import { authenticatorContract } from './authenticator-contract'
 
 function jwtConfig(jwt: Record<string, unknown>, baseDir?: string): JwtConfig {
   const config = configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt } }, {}, baseDir)
@@ -211,4 +212,51 @@ describe('the development secret', () => {
     expect(JSON.parse(lines[0])).toMatchObject({ level: 'warn', message: expect.stringContaining('public development secret') })
     expect(lines[0]).not.toContain(DEVELOPMENT_SECRET)
   })
+})
+
+authenticatorContract('JwtAuthenticator (HS256 secret)', async () => {
+  const claims = { iss: 'https://idp.example', aud: 'wardline' }
+  const jwt = { secret: SECRET, issuer: claims.iss, audience: claims.aud }
+  const authenticator = await open(jwt)
+  const token = (identity: string, tenant?: string): Promise<string> =>
+    hs(tenant === undefined ? { ...claims, sub: identity, exp: hour() } : { ...claims, sub: identity, tenant, exp: hour() })
+  const valid = await token('alice', 'acme')
+  return {
+    authenticator,
+    config: configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'jwt', jwt } }).auth,
+    // A JSON claim carries any string, a NUL or a lone surrogate included: never null.
+    credential: async (identity, tenant) => [['Authorization', `Bearer ${await token(identity, tenant)}`]],
+    twoCallers: async (first, second) => [
+      ['Authorization', `Bearer ${await token(first.identity, first.tenant)}`],
+      ['Authorization', `Bearer ${await token(second.identity, second.tenant)}`],
+    ],
+    invalid: async () => [
+      {
+        label: 'another secret',
+        headers: [['Authorization', `Bearer ${await hs({ ...claims, sub: 'alice', exp: hour() }, 'x'.repeat(44))}`]],
+      },
+      { label: 'expired', headers: [['Authorization', `Bearer ${await hs({ ...claims, sub: 'alice', exp: hour() - 7200 })}`]] },
+      { label: 'unsigned', headers: [['Authorization', `Bearer ${unsigned({ ...claims, sub: 'alice', exp: hour() })}`]] },
+      {
+        label: 'wrong audience',
+        headers: [['Authorization', `Bearer ${await hs({ ...claims, aud: 'other', sub: 'alice', exp: hour() })}`]],
+      },
+      {
+        label: 'wrong issuer',
+        headers: [['Authorization', `Bearer ${await hs({ ...claims, iss: 'https://evil', sub: 'alice', exp: hour() })}`]],
+      },
+      { label: 'no identity claim', headers: [['Authorization', `Bearer ${await hs({ ...claims, exp: hour() })}`]] },
+      { label: 'not a JWT', headers: [['Authorization', 'Bearer not-a-jwt']] },
+      { label: 'a padded spelling of a valid token', headers: [['Authorization', `Bearer ${valid}=`]] },
+      { label: 'Basic credentials', headers: [['Authorization', 'Basic YWxpY2U6c2VjcmV0']] },
+      { label: 'the scheme alone', headers: [['Authorization', 'Bearer']] },
+      { label: 'two tokens in one header', headers: [['Authorization', `Bearer ${valid} ${valid}`]] },
+      {
+        label: 'a valid token, and one in the query too',
+        headers: [['Authorization', `Bearer ${valid}`]],
+        path: `/mcp?access_token=${valid}`,
+      },
+    ],
+    close: () => authenticator.close(),
+  }
 })

@@ -9,7 +9,8 @@ import { AuditSpill } from '../../src/audit/spill'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { tempDir } from '../helpers/harness'
-import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
+import { freshDatabase, type TestDatabase, testPool, withClient } from '../helpers/postgres'
+import { auditEntry, auditSinkContract } from '../audit/sink-contract'
 
 let db: TestDatabase
 let pool: Pool
@@ -206,3 +207,52 @@ test('a replay streams the spill file: memory stays bounded by the batch, not th
   expect(peak).toBeLessThan(16 * 1024 * 1024)
   rmSync(dirname(spill.path), { recursive: true, force: true }) // 100 MB: don't leave it in /tmp
 }, 60_000)
+
+/** The table's rows as entries, in insertion order, read on a connection of their own (committed rows only). */
+async function tableEntries(): Promise<AuditEntry[]> {
+  const rows = await withClient(db.url, (c) =>
+    c.query(`SELECT request_id, to_char("timestamp" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS timestamp,
+      identity, tenant, method, tool, decision, status, latency_ms, reason, session_id FROM audit_entries ORDER BY id`),
+  )
+  return rows.rows.map((r: Record<string, unknown>) => {
+    const e: Record<string, unknown> = {
+      timestamp: r.timestamp,
+      request_id: r.request_id,
+      identity: r.identity,
+      tenant: r.tenant,
+      method: r.method,
+      tool: r.tool,
+      decision: r.decision,
+      status: r.status,
+      latency_ms: r.latency_ms,
+    }
+    // NULL is how the table says "no such field" (the JSONL line leaves the key out).
+    if (r.reason !== null) e.reason = r.reason
+    if (r.session_id !== null) e.session_id = r.session_id
+    return e as unknown as AuditEntry
+  })
+}
+
+auditSinkContract(
+  'PostgresAuditSink',
+  { retriedEntry: 'once', refusesWritesAfterClose: false, reopen: 'absent', rejects: true, holds: 'nothing' },
+  async () => {
+    await pool.query('TRUNCATE audit_entries')
+    return {
+      sink: new PostgresAuditSink(pool),
+      readBack: tableEntries,
+      refusedEntry: auditEntry('refused', { timestamp: 'not a time' }),
+      unavailableError: async () => {
+        const down = testPool('postgres://postgres@127.0.0.1:1/none', 1, { connectionTimeoutMillis: 500 })
+        try {
+          return await new PostgresAuditSink(down).write([auditEntry('nowhere')]).then(
+            () => null,
+            (err: unknown) => err,
+          )
+        } finally {
+          await down.end()
+        }
+      },
+    }
+  },
+)
