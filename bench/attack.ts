@@ -1,5 +1,5 @@
 /**
- * One caller must not stall the others (issue 9, item 4): a victim's tools/call latency while an
+ * One caller must not stall the others: a victim's tools/call latency while an
  * attacker of another tenant sends bodies of the maximum size in a loop, flat (a valid call whose
  * arguments are two million numbers, the costliest shape to scan) and nested (brackets four million
  * deep) and a params object of 400,000 keys, against the same victim with no attacker, all in one run. A last scenario runs the flat

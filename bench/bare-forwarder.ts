@@ -1,5 +1,5 @@
 /**
- * The floor a Node proxy cannot go below (issue 13): an undici Pool.dispatch forwarder that buffers
+ * The floor a Node proxy cannot go below: an undici Pool.dispatch forwarder that buffers
  * the body, JSON.parses it, drops hop-by-hop headers and streams the answer back. No auth, no
  * budget, no policy, no audit. The core bench measures the gateway against it in the same run.
  */

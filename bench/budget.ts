@@ -1,5 +1,5 @@
 /**
- * Budget enforcement's cost (issue 4's target: under 5% of throughput): tools/call through a gateway
+ * Budget enforcement's cost (the target: under 5% of throughput): tools/call through a gateway
  * with budgets off, with budgets on and every call admitted (tool, tenant and identity buckets all
  * charged: the most work a check does), and with every call throttled (the 429 the gateway answers
  * itself, never forwarded). Plus the check alone, in process, without HTTP.

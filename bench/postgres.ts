@@ -1,5 +1,5 @@
 /**
- * The Postgres budget store's allow path next to the in-memory one, in the same run (issue 6):
+ * The Postgres budget store's allow path next to the in-memory one, in the same run:
  *  - through the gateway over HTTP, one hot identity (every check locks the same three rows);
  *  - the store alone, in process, 32 checks in flight: spread keys (one identity bucket per check,
  *    cycling over 10 000 identities) and one hot key, with synchronous_commit off (the default) and on, next to memory.

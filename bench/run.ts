@@ -66,7 +66,7 @@ function loadAreaSections(): BenchSection[] {
   for (const name of AREA_FILES) {
     const file = join(__dirname, `${name}.js`)
     if (!existsSync(file)) continue
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    // eslint-disable-next-line @typescript-eslint/no-require-imports -- a path known at run time; missing areas are skipped
     const mod = require(file) as { sections?: BenchSection[] }
     if (Array.isArray(mod.sections)) out.push(...mod.sections)
     else process.stderr.write(`bench/${name}.js exports no sections: skipped\n`)

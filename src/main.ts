@@ -5,7 +5,7 @@ import { ConfigError, describeError } from './errors'
 import { serve } from './cli/serve'
 import { type TokenOptions, parseClaim, tokenCommand } from './cli/token'
 
-// eslint-disable-next-line @typescript-eslint/no-require-imports
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- the path is relative to dist/src/main.js, not this file
 const { version } = require('../../package.json') as { version: string }
 
 export function buildCli(): Command {

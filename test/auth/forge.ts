@@ -38,15 +38,18 @@ export interface JwksServer {
   readonly url: string
   keys: JWK[]
   fetches: number
+  /** performance.now() when the last fetch arrived (-Infinity before any): a cooldown runs from about then. */
+  lastFetchAt: number
   /** When true, every fetch gets a 503 (an identity provider in trouble). */
   failing: boolean
   close(): Promise<void>
 }
 
 export async function startJwksServer(keys: JWK[]): Promise<JwksServer> {
-  const state = { keys, fetches: 0, failing: false }
+  const state = { keys, fetches: 0, lastFetchAt: Number.NEGATIVE_INFINITY, failing: false }
   const server: Server = createServer((_req, res) => {
     state.fetches++
+    state.lastFetchAt = performance.now()
     if (state.failing) {
       res.writeHead(503).end()
       return
@@ -66,13 +69,17 @@ export async function startJwksServer(keys: JWK[]): Promise<JwksServer> {
   })
 }
 
-/** Accepts connections and never answers: an identity provider that hangs. */
-export async function startSilentServer(): Promise<{ url: string; close(): Promise<void> }> {
-  const server = createServer(() => {})
+/** Accepts connections and never answers: an identity provider that hangs. Counts the requests it got. */
+export async function startSilentServer(): Promise<{ url: string; readonly requests: number; close(): Promise<void> }> {
+  let requests = 0
+  const server = createServer(() => void requests++)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as AddressInfo
   return {
     url: `http://127.0.0.1:${port}/jwks.json`,
+    get requests() {
+      return requests
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections()

@@ -5,9 +5,25 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Harness, MCP_HEADERS, rpc, startHarness, tempDir } from '../helpers/harness'
+import { waitFor } from '../helpers/wait'
 import { type JwksServer, hour, rsaKey, signWith, startJwksServer, startSilentServer } from './forge'
 
 const CLAIMS = { sub: 'alice', tenant: 'acme' }
+
+/** Half the default jwks_timeout_seconds (5 s): a bound that tells the 0.3 s configured below apart from it, with room for a loaded machine. */
+const FAR_BELOW_THE_DEFAULT_TIMEOUT_MS = 2_500
+
+/**
+ * The JWKS cooldown runs on the gateway's own clock (performance.now() in src/auth/keys.ts; no clock can
+ * be injected there), so a test waits it out: until `cooldownMs` have passed since the provider received
+ * the last fetch, which is no earlier than the moment the gateway started that attempt.
+ */
+function cooldownOver(jwks: JwksServer, cooldownMs: number): Promise<boolean> {
+  return waitFor(() => performance.now() - jwks.lastFetchAt > cooldownMs, {
+    what: `the ${cooldownMs} ms JWKS cooldown to pass`,
+    intervalMs: 20,
+  })
+}
 
 async function listTools(h: Harness, token: string): Promise<{ status: number; message?: string }> {
   const res = await fetch(`${h.url}/mcp`, {
@@ -77,14 +93,16 @@ describe('a remote JWKS', () => {
   })
 
   test('while the provider fails, made-up kids cost it one fetch per cooldown, not one per request', async () => {
+    // Long enough for the 41 requests below to fit in one cooldown on a loaded machine, short enough to wait out twice.
+    const cooldownMs = 2_000
     const k1 = await rsaKey('k1')
     jwks = await startJwksServer([k1.jwk])
     h = await startHarness({
       mode: 'stateless-json',
-      config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: 1 } } },
+      config: { auth: { mode: 'jwt', jwt: { jwks_url: jwks.url, algorithms: ['RS256'], jwks_cooldown_seconds: cooldownMs / 1000 } } },
     })
     jwks.failing = true
-    await new Promise((resolve) => setTimeout(resolve, 1_100)) // past the cooldown of the startup fetch
+    await cooldownOver(jwks, cooldownMs) // the startup fetch's
     const strangers = await Promise.all(
       Array.from({ length: 20 }, async (_, i) => signWith(await rsaKey(`made-up-${i}`), { ...CLAIMS, exp: hour() })),
     )
@@ -98,7 +116,7 @@ describe('a remote JWKS', () => {
     )
     expect(await listTools(h, await signWith(k1, { ...CLAIMS, exp: hour() }))).toEqual({ status: 200 }) // known keys still work
 
-    await new Promise((resolve) => setTimeout(resolve, 1_100))
+    await cooldownOver(jwks, cooldownMs) // the failed attempt's
     jwks.failing = false
     expect((await listTools(h, strangers[0])).message).toBe('Unauthorized: no known signing key matches the token')
     expect(jwks.fetches).toBe(3) // after the cooldown, one new attempt
@@ -114,14 +132,16 @@ describe('a remote JWKS', () => {
           auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3, jwks_cooldown_seconds: 0 } },
         },
       })
-      expect(performance.now() - started).toBeLessThan(2_000) // the startup fetch is bounded too
+      expect(performance.now() - started).toBeLessThan(FAR_BELOW_THE_DEFAULT_TIMEOUT_MS) // the startup fetch is bounded too
+      expect(silent.requests).toBe(1)
       const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
       for (let i = 0; i < 2; i++) {
         const t0 = performance.now()
         expect(await listTools(h, token)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
         const elapsed = performance.now() - t0
-        expect(elapsed).toBeGreaterThanOrEqual(250)
-        expect(elapsed).toBeLessThan(1_500)
+        expect(silent.requests).toBe(2 + i) // cooldown 0: each request asked the provider again, and waited for it
+        expect(elapsed).toBeGreaterThanOrEqual(250) // a lower bound: a loaded machine only makes it longer
+        expect(elapsed).toBeLessThan(FAR_BELOW_THE_DEFAULT_TIMEOUT_MS)
       }
       expect((await h.audit()).at(-1)?.reason).toBe('signing keys unavailable (WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch timed out after 0.3s)')
       expect((await fetch(`${h.url}/healthz`)).status).toBe(200)
@@ -139,9 +159,10 @@ describe('a remote JWKS', () => {
         config: { auth: { mode: 'jwt', jwt: { jwks_url: silent.url, algorithms: ['RS256'], jwks_timeout_seconds: 0.3 } } },
       })
       const token = await signWith(await rsaKey('k1'), { ...CLAIMS, exp: hour() })
-      const t0 = performance.now()
+      expect(silent.requests).toBe(1) // the startup fetch, which timed out and started the 30 s cooldown
       expect(await listTools(h, token)).toEqual({ status: 401, message: 'Unauthorized: signing keys unavailable' })
-      expect(performance.now() - t0).toBeLessThan(250)
+      // Answered without asking the hung provider again, so without waiting the 0.3 s on it.
+      expect(silent.requests).toBe(1)
       expect((await h.audit()).at(-1)?.reason).toBe('signing keys unavailable (WL_AUTH_KEYS_UNAVAILABLE: JWKS fetch timed out after 0.3s)')
     } finally {
       await h?.close()

@@ -1,5 +1,5 @@
 /**
- * Identity exactness (issue 9, item 6): the identity and tenant the gateway budgets, judges and audits
+ * Identity exactness: the identity and tenant the gateway budgets, judges and audits
  * are exactly what the upstream reads from X-Wardline-Identity / X-Wardline-Tenant. A token with
  * `sub: " admin"` used to reach the upstream as `admin` (HTTP parsers trim header values).
  */

@@ -1,5 +1,5 @@
 /**
- * One signed token, many spellings (issue 9, item 8): jose decodes base64url with atob, which accepts a
+ * One signed token, many spellings: jose decodes base64url with atob, which accepts a
  * trailing `=` and ignores the pad bits of a segment's last character, so each spelling verified and
  * was cached under its own key — a full verification per request for whoever varied them.
  */

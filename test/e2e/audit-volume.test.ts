@@ -1,5 +1,5 @@
 /**
- * Issue 9, item 3 "audit evasion by volume": refused batches must not flood the audit queue, and no
+ * Audit evasion by volume: refused batches must not flood the audit queue, and no
  * call may run upstream unless its audit entry is sure to be kept. A real gateway, a raw upstream
  * that records what it executed, and a real JSONL sink (a file, or a FIFO the test stops reading).
  */
@@ -8,6 +8,7 @@ import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs'
 import { join } from 'node:path'
 import type { AuditEntry } from '../../src/audit/entry'
 import { type Harness, MCP_HEADERS, as, rpc, startHarness, tempDir, toolCall } from '../helpers/harness'
+import { waitFor } from '../helpers/wait'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
 
 /** Answers every JSON-RPC request (or batch) with an empty result, like an MCP server would. */
@@ -163,14 +164,6 @@ describe('audit backpressure', () => {
       .map((l) => JSON.parse(l) as AuditEntry)
   }
 
-  async function until(what: string, condition: () => Promise<boolean> | boolean): Promise<void> {
-    const deadline = Date.now() + 10_000
-    while (!(await condition())) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await new Promise((resolve) => setTimeout(resolve, 5))
-    }
-  }
-
   test('with the sink stalled, new calls get 503 and every call the upstream ran is in the trail once it recovers', async () => {
     // The first entry is taken by the sink's (now blocked) write; 99 more fill the queue to 99.
     const forwarded: string[] = []
@@ -181,9 +174,11 @@ describe('audit backpressure', () => {
       forwarded.push(res.headers.get('x-wardline-request-id') as string)
     }
     await call(0)
-    await until('the first entry to reach the blocked write', async () => (await metric(h, 'wardline_audit_queue_entries')) === 0)
+    await waitFor(async () => (await metric(h, 'wardline_audit_queue_entries')) === 0, {
+      what: 'the first entry to reach the blocked write',
+    })
     for (let i = 1; i < 100; i++) await call(i)
-    await until('99 queued entries', async () => (await metric(h, 'wardline_audit_queue_entries')) === 99)
+    await waitFor(async () => (await metric(h, 'wardline_audit_queue_entries')) === 99, { what: '99 queued entries' })
 
     // A batch needing 2 slots does not fit beside 99: 503, but its own single entry has room.
     const batch = await post(h, [toolCall('echo', { text: 'b' }, 'b1'), toolCall('echo', { text: 'b' }, 'b2')])
@@ -210,10 +205,13 @@ describe('audit backpressure', () => {
     expect(ran).toEqual(forwarded)
 
     // The reader comes back: everything accepted is written, nothing the upstream ran is missing.
-    await until('every accepted entry', () => {
-      readAvailable()
-      return entries().length >= 101
-    })
+    await waitFor(
+      () => {
+        readAvailable()
+        return entries().length >= 101
+      },
+      { what: 'every accepted entry' },
+    )
     await h.gateway.audit.flush()
     readAvailable()
     const trail = entries()

@@ -1,23 +1,15 @@
 /**
- * max_concurrent_per_identity end to end (issue 9, item 5): real HTTP on port 0, an upstream that holds
+ * max_concurrent_per_identity end to end: real HTTP on port 0, an upstream that holds
  * the requests of one caller until the test lets them go, the audit trail and /metrics read back.
  */
 import type { ServerResponse } from 'node:http'
 import type { AuditEntry } from '../../src/audit/entry'
 import { type Harness, MCP_HEADERS, as, configFrom, rpc, startHarness } from '../helpers/harness'
 import { open as send, readAll } from '../helpers/http-client'
+import { waitFor } from '../helpers/wait'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
 
 const LIMIT_REASON = 'concurrency limit: 3 requests in flight for this identity (max_concurrent_per_identity)'
-
-/** Polls a condition (bounded) instead of sleeping for a guessed time. */
-async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + 5000
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`not within 5 s: ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}
 
 let upstream: RawUpstream
 let h: Harness
@@ -58,7 +50,7 @@ afterAll(async () => {
 afterEach(async () => {
   answerHeld()
   // Every slot is back once every request has its audit record: wait for alice to be admitted again.
-  await until(async () => (await listTools('alice')).status === 200, 'alice admitted again')
+  await waitFor(async () => (await listTools('alice')).status === 200, { what: 'alice admitted again' })
 })
 
 /** A request the upstream answers at once, whoever sends it. */
@@ -85,7 +77,7 @@ async function hang(n: number): Promise<{ controller: AbortController; done: Arr
       () => undefined,
     ),
   )
-  await until(() => held.length === before + n, `${n} requests held upstream`)
+  await waitFor(() => held.length === before + n, { what: `${n} requests held upstream` })
   return { controller, done }
 }
 
@@ -136,13 +128,13 @@ test('once her requests end, whether the client gave up or the upstream answered
   expect((await ping('alice')).status).toBe(429)
   first.controller.abort()
   await Promise.all(first.done)
-  await until(async () => (await listTools('alice')).status === 200, 'slots freed by the aborts')
+  await waitFor(async () => (await listTools('alice')).status === 200, { what: 'slots freed by the aborts' })
   const second = await hang(3) // admitted again, and held again
   expect((await ping('alice')).status).toBe(429)
   // The upstream answers: each request ends with its 200 and its slot.
   answerHeld()
   await Promise.all(second.done)
-  await until(async () => (await listTools('alice')).status === 200, 'slots freed by the answers')
+  await waitFor(async () => (await listTools('alice')).status === 200, { what: 'slots freed by the answers' })
   const again = await hang(1)
   again.controller.abort()
   await Promise.all(again.done)
@@ -206,7 +198,7 @@ test('initializes the upstream never answers stop at twice the cap', async () =>
       () => undefined,
     ),
   )
-  await until(() => held.length === before + 3, 'three initializes held upstream')
+  await waitFor(() => held.length === before + 3, { what: 'three initializes held upstream' })
   expect((await initialize('alice', undefined, 'hold')).status).toBe(429)
   controller.abort()
   await Promise.all([...done, ...inits])

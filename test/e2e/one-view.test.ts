@@ -3,7 +3,7 @@ import { type GoStyleUpstream, goStyleRead, startGoStyleUpstream } from '../help
 import { type Harness, MCP_HEADERS, as, startHarness, toolCall } from '../helpers/harness'
 
 /**
- * Issue 9, items 1, 2 and 4: what the gateway counts, judges and audits is what the upstream runs,
+ * One view of every request: what the gateway counts, judges and audits is what the upstream runs,
  * whatever decoder and URL parser the upstream uses. The upstream here reads bodies as Go's
  * encoding/json does (case-insensitive keys, last wins) and resolves URIs as the SDK servers do.
  */

@@ -1,5 +1,5 @@
 /**
- * Host, Origin and CORS (issue 9 item 7): what a browser, a DNS-rebinding page and a forged proxy chain
+ * Host, Origin and CORS: what a browser, a DNS-rebinding page and a forged proxy chain
  * get from a real gateway, and what the upstream behind it sees.
  */
 import type { IncomingHttpHeaders } from 'node:http'

@@ -7,6 +7,7 @@ import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { ExampleMode } from '../../examples/mcp-server'
 import { type Harness, as, startHarness } from '../helpers/harness'
+import { waitFor } from '../helpers/wait'
 
 function textOf(result: unknown): string {
   const content = (result as { content: Array<{ type: string; text: string }> }).content
@@ -120,7 +121,7 @@ describe('sessions through the gateway (stateful upstream)', () => {
     const { client, transport } = await connect(h)
     const sessionId = transport.sessionId
     // The SDK opens the GET stream right after initialization, without waiting for it.
-    await waitFor(() => h.upstream.seen.some((r) => r.method === 'GET'))
+    await waitFor(() => h.upstream.seen.some((r) => r.method === 'GET'), { what: 'the GET stream to reach the upstream' })
     const get = h.upstream.seen.find((r) => r.method === 'GET')
     expect(get?.url).toBe('/mcp')
     expect(get?.headers.accept).toContain('text/event-stream')
@@ -128,7 +129,7 @@ describe('sessions through the gateway (stateful upstream)', () => {
     // Still open: no audit entry for it until the stream ends.
     expect((await h.audit()).filter((e) => e.method === 'GET')).toEqual([])
     await client.close()
-    await waitFor(async () => (await h.audit()).some((e) => e.method === 'GET'))
+    await waitFor(async () => (await h.audit()).some((e) => e.method === 'GET'), { what: 'the audit entry of the closed GET stream' })
     expect((await h.audit()).filter((e) => e.method === 'GET')).toEqual([
       expect.objectContaining({ decision: 'passthrough', status: 200, session_id: sessionId }),
     ])
@@ -188,7 +189,7 @@ describe('legacy HTTP+SSE transport through the gateway', () => {
     const sessionId = new URL(posts[0].url, 'http://x').searchParams.get('sessionId')
     expect(posts.every((r) => r.url === `/messages?sessionId=${sessionId}`)).toBe(true)
 
-    await waitFor(async () => (await h.audit()).some((e) => e.method === 'GET'))
+    await waitFor(async () => (await h.audit()).some((e) => e.method === 'GET'), { what: 'the audit entry of the closed SSE stream' })
     const entries = await h.audit()
     expect(entries.filter((e) => e.method === 'tools/call').map((e) => [e.tool, e.decision, e.status, e.session_id])).toEqual([
       ['echo', 'allow', 202, sessionId],
@@ -197,12 +198,3 @@ describe('legacy HTTP+SSE transport through the gateway', () => {
     expect(entries.filter((e) => e.method === 'GET')).toEqual([expect.objectContaining({ decision: 'passthrough', status: 200 })])
   })
 })
-
-/** Polls a condition on real I/O (the upstream's request log, the audit file); fails after 5 s. */
-async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error('condition not met within 5 s')
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}

@@ -99,7 +99,7 @@ describe('parsing JSON-RPC bodies', () => {
   })
 })
 
-/** The requests issue 9 found a Go-style (case-insensitive, last-wins) upstream would run as another call. */
+/** Requests that a Go-style (case-insensitive, last-wins) upstream would run as another call. */
 const AMBIGUOUS: ReadonlyArray<readonly [string, string, RegExp]> = [
   [
     'Method beside method',

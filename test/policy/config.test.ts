@@ -1,7 +1,7 @@
-import { spawnSync } from 'node:child_process'
-import { existsSync, statSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseConfig } from '../../src/config/load'
+import { runCli } from '../helpers/cli'
 import { configProblems, tempDir } from '../helpers/harness'
 
 const BASE = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
@@ -112,20 +112,10 @@ describe('policy configuration', () => {
 })
 
 describe('wardline check-config', () => {
-  const cli = join(process.cwd(), 'dist/src/main.js')
-
   function checkConfig(file: string): { status: number | null; stdout: string; stderr: string } {
-    const run = spawnSync(process.execPath, [cli, 'check-config', '--config', file], { encoding: 'utf8', timeout: 20_000 })
-    return { status: run.status, stdout: run.stdout, stderr: run.stderr }
+    const run = runCli(['check-config', '--config', file])
+    return { status: run.code, stdout: run.stdout, stderr: run.stderr }
   }
-
-  beforeAll(() => {
-    // The CLI is tested as operators run it, compiled; say so plainly when the build is missing or older than this code.
-    const built = join(process.cwd(), 'dist/src/config/policy.js')
-    if (!existsSync(cli) || !existsSync(built)) throw new Error(`${cli} is missing: run npm run build first`)
-    if (statSync(built).mtimeMs < statSync(join(process.cwd(), 'src/config/policy.ts')).mtimeMs)
-      throw new Error('dist/ is older than src/config/policy.ts: run npm run build first')
-  })
 
   test('reports every policy problem with its rule index and exits 1', () => {
     const dir = tempDir('wardline-check-')

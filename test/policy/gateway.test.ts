@@ -148,7 +148,7 @@ describe('policy at the gateway', () => {
     expect(reply.status).toBe(403)
     expect(reply.json).toEqual(FORBIDDEN(null))
     expect(upstreamRequests).toBe(0)
-    // One entry for a refused request, however long its batch (issue 9: refused batches flooded the queue).
+    // One entry for a refused request, however long its batch (refused batches once flooded the audit queue).
     expect(entries.map((e) => [e.request_id.includes('/'), e.method, e.tool, e.decision, e.status, e.reason])).toEqual([
       [false, 'tools/call,tools/list', 'expensive_tool', 'deny', 403, 'batch refused: element 1 denied by rule 0'],
     ])

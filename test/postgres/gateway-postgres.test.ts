@@ -53,13 +53,15 @@ async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number):
     await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [identityKey('acme', identity)])
     const started = performance.now()
     expect((await call(h, identity, 2)).status).toBe(200)
-    expect(performance.now() - started).toBeLessThan(1500)
+    // The check's bound is 0.3 s; half the 5 s bound a reload must replace leaves a loaded machine room.
+    expect(performance.now() - started).toBeLessThan(2500)
+    // The scenario: a stuck transaction keeps the row a set time, so a check still waiting at COMMIT would charge.
     await new Promise((resolve) => setTimeout(resolve, holdMs))
     await holder.query('COMMIT')
   } finally {
     holder.release()
   }
-  await pool.query('SELECT pg_sleep(0.2)')
+  await pool.query('SELECT pg_sleep(0.2)') // a negative check: a late charge gets its chance to land before the count is read
 }
 
 describe('gateway with postgres_storage', () => {

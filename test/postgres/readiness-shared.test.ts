@@ -1,5 +1,5 @@
 /**
- * /readyz needs no token, so it must not cost the database a connection per request (issue 9, item 8:
+ * /readyz needs no token, so it must not cost the database a connection per request (once,
  * 200 concurrent probes gave "too many clients"). Readiness results are shared: one probe in flight,
  * a result reused for at most 1 s. Pings are counted on the wire (PostgresProxy: one simple Query each).
  */

@@ -1,54 +1,21 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
 import type { Pool } from 'pg'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { MIGRATIONS } from '../../src/postgres/migrations'
+import { type Served as Replica, startServe } from '../helpers/cli'
 import { MCP_HEADERS, as, tempDir, toolCall } from '../helpers/harness'
 import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 
-interface Replica {
-  readonly child: ChildProcess
-  readonly url: string
+/** SIGTERM: the replica flushes its audit trail and exits; resolves with the exit code. */
+function stop(replica: Replica): Promise<number | null> {
+  return replica.stop('SIGTERM')
 }
 
-/** Starts `wardline serve` in its own process and reads its address from the "listening" log line. */
-async function startReplica(configFile: string): Promise<Replica> {
-  const child = spawn(process.execPath, [join(__dirname, '..', 'helpers', 'gateway-process.js'), configFile], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  })
-  let log = ''
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL')
-      reject(new Error(`replica did not start: ${log}`))
-    }, 20_000)
-    child.stderr?.on('data', (chunk: Buffer) => {
-      log += chunk.toString()
-      const m = /"listen":"([^"]+)"[^\n]*"message":"wardline listening"|"message":"wardline listening"[^\n]*"listen":"([^"]+)"/.exec(log)
-      if (m) {
-        clearTimeout(timer)
-        resolve(`http://${m[1] ?? m[2]}`)
-      }
-    })
-    child.once('exit', (code) => {
-      clearTimeout(timer)
-      reject(new Error(`replica exited (${code}): ${log}`))
-    })
-  })
-  return { child, url }
-}
-
-async function stop(replica: Replica): Promise<number | null> {
-  const exited = new Promise<number | null>((resolve) => replica.child.once('exit', (code) => resolve(code)))
-  replica.child.kill('SIGTERM')
-  return exited
-}
-
-/** Starts one replica per file; if any fails, stops the others (an orphan would keep jest from exiting). */
+/** Starts one `wardline serve` process per file; if any fails, stops the others (an orphan would keep jest from exiting). */
 async function startAll(files: readonly string[]): Promise<Replica[]> {
-  const results = await Promise.allSettled(files.map((file) => startReplica(file)))
+  const results = await Promise.allSettled(files.map((file) => startServe(file)))
   const started = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []))
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
   if (failed) {
