@@ -1,22 +1,23 @@
 import type { Decision, Exchange } from '../pipeline/exchange'
 
 /**
- * The JSONL text of entries: one JSON object per line, each line ending in a newline. U+2028 and
- * U+2029 (which JSON.stringify leaves raw) are escaped: Python's str.splitlines(), JavaScript source
- * and some log shippers treat them as line breaks, so a caller's tool name holding one would split
- * its audit line in two for those readers. Inside JSON they can only sit in a string, where `\u2028`
- * reads back as the same character. One scan per batch; nothing is copied when neither is present.
+ * The JSONL text of entries: one JSON object per line, each line ending in a newline. U+0085 (NEL),
+ * U+2028 and U+2029, the line breaks JSON.stringify leaves raw (it escapes every C0 control), are
+ * escaped: Python's str.splitlines(), JavaScript source and some log shippers treat them as line
+ * breaks, so a caller's tool name or session id holding one would split its audit line in two for
+ * those readers. Inside JSON they can only sit in a string, where `\u0085` reads back as the same
+ * character. One scan per batch; nothing is copied when none is present.
  */
 export function toJsonLines(entries: readonly AuditEntry[]): string {
   let text = ''
   for (const e of entries) text += JSON.stringify(e) + '\n'
-  return LINE_SEPARATORS.test(text) ? text.replace(LINE_SEPARATORS_ALL, escapeSeparator) : text
+  return LINE_BREAKS.test(text) ? text.replace(LINE_BREAKS_ALL, escapeLineBreak) : text
 }
 
-const LINE_SEPARATORS = /[\u2028\u2029]/
-const LINE_SEPARATORS_ALL = /[\u2028\u2029]/g
-function escapeSeparator(c: string): string {
-  return c === '\u2028' ? '\\u2028' : '\\u2029'
+const LINE_BREAKS = /[\u0085\u2028\u2029]/
+const LINE_BREAKS_ALL = /[\u0085\u2028\u2029]/g
+function escapeLineBreak(c: string): string {
+  return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`
 }
 
 /** One line of the audit trail. Key order is part of the format: build it with `auditEntries`. */

@@ -166,12 +166,11 @@ auditSinkContract(
 )
 
 describe('JSONL lines and line-splitting readers', () => {
-  // BUG (reported in /work/reports/contracts.md): toJsonLines escapes U+2028/U+2029 because Python's
-  // str.splitlines() breaks lines on them, but splitlines() breaks on U+0085 (NEL) too, and
-  // JSON.stringify leaves it raw. session_id is copied unchecked from the Mcp-Session-Id header (or the
-  // ?sessionId= query), where a client can put a 0x85 byte, so one caller can split its audit line in
-  // two for such readers. Remove `.failing` once U+0085 is escaped like U+2028.
-  test.failing('U+0085 in a field (a session id from the Mcp-Session-Id header) leaves the line whole for str.splitlines()', async () => {
+  // splitlines() breaks lines on U+0085 (NEL) as on U+2028/U+2029, and JSON.stringify leaves all
+  // three raw. session_id is copied from the Mcp-Session-Id header (or the ?sessionId= query), where a
+  // client can put a 0x85 byte: unescaped, one caller could split its own audit line in two for such
+  // readers.
+  test('U+0085 in a field (a session id from the Mcp-Session-Id header) leaves the line whole for str.splitlines()', async () => {
     const path = join(tempDir(), 'audit.jsonl')
     const sink = await JsonlAuditSink.open(path)
     const nel = auditEntry('nel', { session_id: 'abc\u0085{"decision":"allow"}' })
