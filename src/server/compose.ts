@@ -91,7 +91,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   }
   return {
     url,
-    server: lifecycle.server,
+    server: started.server,
     metrics,
     audit: parts.audit,
     shutdown: () => started.shutdown(),
