@@ -28,13 +28,13 @@ export interface ExampleServer {
 
 export function buildMcpServer(): McpServer {
   const mcp = new McpServer({ name: 'wardline-example', version: '1.0.0' })
-  mcp.registerTool('echo', { description: 'Returns its text', inputSchema: { text: z.string() } }, async ({ text }) => ({
+  mcp.registerTool('echo', { description: 'Returns its text', inputSchema: { text: z.string() } }, ({ text }) => ({
     content: [{ type: 'text', text }],
   }))
-  mcp.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, async ({ a, b }) => ({
+  mcp.registerTool('add', { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } }, ({ a, b }) => ({
     content: [{ type: 'text', text: String(a + b) }],
   }))
-  mcp.registerTool('whoami', { description: 'Shows the identity headers the gateway forwarded' }, async (extra) => {
+  mcp.registerTool('whoami', { description: 'Shows the identity headers the gateway forwarded' }, (extra) => {
     const headers = extra.requestInfo?.headers ?? {}
     const text = JSON.stringify({
       identity: headers['x-wardline-identity'] ?? null,
@@ -60,10 +60,10 @@ export function buildMcpServer(): McpServer {
       return { content: [{ type: 'text', text: `counted to ${n}` }] }
     },
   )
-  mcp.registerTool('expensive_tool', { description: 'Stands in for a costly call (budgeted in the example config)' }, async () => ({
+  mcp.registerTool('expensive_tool', { description: 'Stands in for a costly call (budgeted in the example config)' }, () => ({
     content: [{ type: 'text', text: 'expensive result' }],
   }))
-  mcp.registerResource('readme', 'example://readme', { description: 'A static document', mimeType: 'text/plain' }, async (uri) => ({
+  mcp.registerResource('readme', 'example://readme', { description: 'A static document', mimeType: 'text/plain' }, (uri) => ({
     contents: [{ uri: uri.href, text: 'Wardline example resource' }],
   }))
   mcp.registerPrompt('greeting', { description: 'Greets someone', argsSchema: { name: z.string() } }, ({ name }) => ({

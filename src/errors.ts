@@ -66,6 +66,7 @@ export function describeError(err: unknown): string {
       parts.push(typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text)
       current = (e as { cause?: unknown }).cause
     } else {
+      // eslint-disable-next-line @typescript-eslint/no-base-to-string -- any thrown value lands here: String() gives a primitive's text or an object's own toString(), and a plain object has nothing better to show
       parts.push(String(current))
       break
     }

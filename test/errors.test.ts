@@ -9,7 +9,7 @@ describe('describeError', () => {
   })
 
   test('keeps the message and cause of an error made in another realm', () => {
-    const foreign = runInNewContext("new Error('outer', { cause: Object.assign(new Error('inner'), { code: 'E_INNER' }) })")
+    const foreign = runInNewContext("new Error('outer', { cause: Object.assign(new Error('inner'), { code: 'E_INNER' }) })") as unknown
     expect(foreign instanceof Error).toBe(false)
     expect(describeError(foreign)).toBe('outer: inner (E_INNER)')
   })

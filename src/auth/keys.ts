@@ -143,7 +143,7 @@ async function remoteKeys(config: JwtConfig, log: Logger): Promise<VerificationK
   timer.unref()
 
   const key: JWTVerifyGetKey = async (header, token) => {
-    let missing: unknown = null
+    let missing: errors.JWKSNoMatchingKey | null = null
     if (known !== null) {
       try {
         return await known(header, token)

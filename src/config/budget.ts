@@ -31,7 +31,7 @@ function readLimit(r: Reader, o: Record<string, unknown>, path: string, fallback
 }
 
 function readOverrides(r: Reader, value: unknown, path: string, top: BucketLimit): Record<string, BucketLimit> {
-  const out: Record<string, BucketLimit> = Object.create(null)
+  const out = Object.create(null) as Record<string, BucketLimit>
   for (const [name, child] of Object.entries(r.map(value, path))) {
     const childPath = join(path, name)
     if (name.trim() === '') r.note(path, 'names must not be empty')

@@ -5,28 +5,17 @@ import type { AuditEntry } from '../../src/audit/entry'
 import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
 import { tempDir } from '../helpers/harness'
 import { StdoutSinkProcess } from '../helpers/stdout-sink'
-import { auditEntry, auditSinkContract } from './sink-contract'
-
-const entry = (id: string): AuditEntry => ({
-  timestamp: '2026-11-29T00:00:00.000Z',
-  request_id: id,
-  identity: 'alice',
-  tenant: 'acme',
-  method: 'tools/call',
-  tool: 'echo',
-  decision: 'allow',
-  status: 200,
-  latency_ms: 1.5,
-})
+import { auditSinkContract } from './sink-contract'
+import { auditEntry } from '../helpers/audit-entry'
 
 describe('the JSONL audit sink', () => {
   test('appends one line per entry, creating the directory, after what the file already held', async () => {
     const path = join(tempDir(), 'nested', 'audit.jsonl')
     const first = await JsonlAuditSink.open(path)
-    await first.write([entry('a')])
+    await first.write([auditEntry('a')])
     await first.close()
     const second = await JsonlAuditSink.open(path)
-    await second.write([entry('b'), entry('c')])
+    await second.write([auditEntry('b'), auditEntry('c')])
     await second.close()
     expect(
       readFileSync(path, 'utf8')
@@ -41,14 +30,14 @@ describe('the JSONL audit sink', () => {
     writeFileSync(file, '')
     await expect(JsonlAuditSink.open(join(file, 'audit.jsonl'))).rejects.toMatchObject({
       code: 'WL_CONFIG_INVALID',
-      message: expect.stringMatching(/^audit\.output: cannot open .*a-file\/audit\.jsonl for appending \(E[A-Z]+\)$/),
+      message: expect.stringMatching(/^audit\.output: cannot open .*a-file\/audit\.jsonl for appending \(E[A-Z]+\)$/) as unknown,
     })
   })
 
   test('a closed sink refuses writes instead of sending them anywhere else', async () => {
     const sink = await JsonlAuditSink.open(join(tempDir(), 'audit.jsonl'))
     await sink.close()
-    await expect(sink.write([entry('late')])).rejects.toThrow('is closed')
+    await expect(sink.write([auditEntry('late')])).rejects.toThrow('is closed')
   })
 })
 
@@ -71,23 +60,23 @@ describe('line integrity', () => {
         return handle
       },
     })
-    await expect(sink.write([entry('a')])).rejects.toThrow('ENOSPC')
-    await sink.write([entry('a')]) // the writer's retry of the same batch
-    await sink.write([entry('b')])
+    await expect(sink.write([auditEntry('a')])).rejects.toThrow('ENOSPC')
+    await sink.write([auditEntry('a')]) // the writer's retry of the same batch
+    await sink.write([auditEntry('b')])
     await sink.close()
     const lines = readFileSync(path, 'utf8').split('\n')
     expect(lines).toHaveLength(4)
-    expect(lines[0]).toBe(JSON.stringify(entry('a')).slice(0, 40))
+    expect(lines[0]).toBe(JSON.stringify(auditEntry('a')).slice(0, 40))
     expect(lines.slice(1, 3).map((l) => (JSON.parse(l) as AuditEntry).request_id)).toEqual(['a', 'b'])
     expect(lines[3]).toBe('')
   })
 
   test('a file left ending in a torn line by an earlier run gets a newline before the first new entry', async () => {
     const path = join(tempDir(), 'audit.jsonl')
-    writeFileSync(path, `${JSON.stringify(entry('old'))}\n{"timestamp":"2026-11-29T00:00:00.000Z","requ`)
+    writeFileSync(path, `${JSON.stringify(auditEntry('old'))}\n{"timestamp":"2026-11-29T00:00:00.000Z","requ`)
     const sink = await JsonlAuditSink.open(path)
-    await sink.write([entry('new')])
-    await sink.write([entry('newer')])
+    await sink.write([auditEntry('new')])
+    await sink.write([auditEntry('newer')])
     await sink.close()
     const lines = readFileSync(path, 'utf8').trimEnd().split('\n')
     expect(lines).toHaveLength(4)
@@ -98,7 +87,7 @@ describe('line integrity', () => {
     const path = join(tempDir(), 'audit.jsonl')
     const sink = await JsonlAuditSink.open(path)
     const tool = 'evil\u2028{"decision":"allow"}\u2029x'
-    await sink.write([{ ...entry('sep'), tool }])
+    await sink.write([{ ...auditEntry('sep'), tool }])
     await sink.close()
     const text = readFileSync(path, 'utf8')
     expect(text).not.toMatch(/[\u2028\u2029]/)
@@ -117,8 +106,10 @@ describe('line integrity', () => {
  */
 function readLines(path: string): AuditEntry[] {
   if (!existsSync(path)) return []
+  // eslint-disable-next-line no-control-regex -- splitting on these control characters is what this reader imitates
+  const lineBreak = /\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/
   return readFileSync(path, 'utf8')
-    .split(/\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/)
+    .split(lineBreak)
     .filter((line) => line.length > 0)
     .map((line) => JSON.parse(line) as AuditEntry)
 }
@@ -145,10 +136,10 @@ auditSinkContract(
     const sink = await JsonlAuditSink.open(path)
     return {
       sink,
-      readBack: async () => readLines(path),
-      rotate: async () => {
+      readBack: () => Promise.resolve(readLines(path)),
+      rotate: () => {
         renameSync(path, `${path}.1`)
-        return async () => readLines(`${path}.1`)
+        return Promise.resolve(() => Promise.resolve(readLines(`${path}.1`)))
       },
       handles: () => openHandles(path),
     }
@@ -161,7 +152,7 @@ auditSinkContract(
   async () => {
     const path = join(tempDir(), 'stdout.jsonl')
     const sink = await StdoutSinkProcess.start(path)
-    return { sink, readBack: async () => readLines(path), cleanup: () => sink.stop() }
+    return { sink, readBack: () => Promise.resolve(readLines(path)), cleanup: () => sink.stop() }
   },
 )
 

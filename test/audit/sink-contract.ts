@@ -1,5 +1,6 @@
 import type { AuditEntry } from '../../src/audit/entry'
 import type { AuditSink } from '../../src/audit/sink'
+import { auditEntry } from '../helpers/audit-entry'
 
 /**
  * What an implementation promises beyond the part of the AuditSink contract every sink shares. The
@@ -29,32 +30,17 @@ export interface SinkCapabilities {
 export interface SinkFixture {
   readonly sink: AuditSink
   /** Every entry the medium holds now, in the medium's order (file lines, table rows by insertion). */
-  readBack(): Promise<AuditEntry[]>
+  readonly readBack: () => Promise<AuditEntry[]>
   /** With reopen 'rotates': renames the medium away as logrotate does; returns a reader of the renamed copy. */
-  rotate?(): Promise<() => Promise<AuditEntry[]>>
+  readonly rotate?: () => Promise<() => Promise<AuditEntry[]>>
   /** With rejects: an entry the sink refuses for its data. */
   readonly refusedEntry?: AuditEntry
   /** With rejects: the error a sink of this kind gives when its medium is unreachable. */
-  unavailableError?(): Promise<unknown>
+  readonly unavailableError?: () => Promise<unknown>
   /** With holds 'handles': how many OS handles the process has open on the medium now (fds on a file). */
-  handles?(): number
+  readonly handles?: () => number
   /** Called after each test, after sink.close(). */
-  cleanup?(): Promise<void>
-}
-
-export function auditEntry(id: string, extra: Partial<AuditEntry> = {}): AuditEntry {
-  return {
-    timestamp: '2026-11-29T10:11:12.345Z',
-    request_id: id,
-    identity: 'alice',
-    tenant: 'acme',
-    method: 'tools/call',
-    tool: 'echo',
-    decision: 'allow',
-    status: 200,
-    latency_ms: 1.5,
-    ...extra,
-  }
+  readonly cleanup?: () => Promise<void>
 }
 
 const ids = (entries: readonly AuditEntry[]): string[] => entries.map((e) => e.request_id)

@@ -7,18 +7,7 @@ import { AuditWriter } from '../../src/audit/writer'
 import { silentLogger } from '../../src/log'
 import { Metrics } from '../../src/metrics'
 import { tempDir } from '../helpers/harness'
-
-const entry = (id: string): AuditEntry => ({
-  timestamp: '2026-11-29T00:00:00.000Z',
-  request_id: id,
-  identity: 'alice',
-  tenant: 'acme',
-  method: 'tools/call',
-  tool: 'echo',
-  decision: 'allow',
-  status: 200,
-  latency_ms: 1.5,
-})
+import { auditEntry } from '../helpers/audit-entry'
 
 /** A sink that keeps what it is given, fails while `down`, and refuses (for its data) the entry 'poison'. */
 class ToggleSink implements AuditSink {
@@ -63,11 +52,11 @@ test('spilled, replayed, rejected and dropped entries are reported through the c
     onReplayed: (n, name) => metrics.auditReplayed.labels(name).inc(n),
   })
   appendFileSync(spill.path, 'not json at all\n') // a line torn by a crash in an earlier run
-  writer.record([entry('a'), entry('poison'), entry('b')])
+  writer.record([auditEntry('a'), auditEntry('poison'), auditEntry('b')])
   await writer.flush()
   expect(await counted(metrics, 'wardline_audit_spilled_total', 'toggle')).toBe(3)
 
-  writer.record([entry('c'), entry('d'), entry('e'), entry('f')]) // one more than the queue holds: 'f' is dropped
+  writer.record([auditEntry('c'), auditEntry('d'), auditEntry('e'), auditEntry('f')]) // one more than the queue holds: 'f' is dropped
   await writer.flush()
   expect(await counted(metrics, 'wardline_audit_dropped_total', 'toggle')).toBe(1)
   expect(await counted(metrics, 'wardline_audit_spilled_total', 'toggle')).toBe(6)

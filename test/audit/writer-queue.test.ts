@@ -13,7 +13,7 @@ import { AuditSpill } from '../../src/audit/spill'
 import { AuditWriter, type AuditWriterOptions } from '../../src/audit/writer'
 import { silentLogger } from '../../src/log'
 import { readJsonl, tempDir } from '../helpers/harness'
-import { auditEntry } from './sink-contract'
+import { auditEntry } from '../helpers/audit-entry'
 
 const entries = (prefix: string, n: number): AuditEntry[] => Array.from({ length: n }, (_, i) => auditEntry(`${prefix}${i}`))
 const ids = (list: readonly AuditEntry[]): string[] => list.map((e) => e.request_id)

@@ -8,19 +8,9 @@ import { AuditWriter } from '../../src/audit/writer'
 import { silentLogger } from '../../src/log'
 import { readJsonl, tempDir } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
+import { auditEntry } from '../helpers/audit-entry'
 
-const entry = (id: string): AuditEntry => ({
-  timestamp: '2026-11-29T00:00:00.000Z',
-  request_id: id,
-  identity: 'alice',
-  tenant: 'acme',
-  method: 'tools/call',
-  tool: 'echo',
-  decision: 'allow',
-  status: 200,
-  latency_ms: 1.5,
-})
-const entries = (prefix: string, n: number): AuditEntry[] => Array.from({ length: n }, (_, i) => entry(`${prefix}${i}`))
+const entries = (prefix: string, n: number): AuditEntry[] => Array.from({ length: n }, (_, i) => auditEntry(`${prefix}${i}`))
 
 /**
  * A real JSONL sink behind a switch the test controls: writes fail (as on a full disk) or wait (as on
@@ -103,18 +93,18 @@ describe('the audit writer keeps what it accepted', () => {
     stalled.hold()
     let dropped = 0
     const writer = new AuditWriter(stalled, silentLogger(), { maxQueueEntries: 100, onDropped: (n) => (dropped += n) })
-    writer.record([entry('first')]) // taken by the (held) write
+    writer.record([auditEntry('first')]) // taken by the (held) write
     await waitFor(() => stalled.calls === 1, { what: 'the first entry to reach the held write' })
     expect(writer.pending).toBe(0)
 
     expect(writer.reserve(60)).toBe(true)
     expect(writer.reserve(40)).toBe(true)
     expect(writer.reserve(1)).toBe(false) // 0 queued + 100 reserved: full
-    writer.record([entry('unreserved')]) // a 401, say: no room beside the reservations
+    writer.record([auditEntry('unreserved')]) // a 401, say: no room beside the reservations
     expect(dropped).toBe(1)
 
     writer.record(entries('r', 60), 60) // a forwarded batch uses all its slots
-    writer.record([entry('refused')], 40) // a refused request writes 1 of its 40 and releases the rest
+    writer.record([auditEntry('refused')], 40) // a refused request writes 1 of its 40 and releases the rest
     expect(writer.pending).toBe(61)
     expect(writer.reservedEntries).toBe(0)
     expect(writer.reserve(40)).toBe(false) // 61 + 40 > 100

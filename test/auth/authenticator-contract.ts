@@ -56,6 +56,7 @@ function expectValidPrincipalValue(value: unknown): void {
   const text = value as string
   expect(text.length).toBeGreaterThan(0)
   expect(Buffer.byteLength(text)).toBeLessThanOrEqual(256)
+  // eslint-disable-next-line no-control-regex -- the assertion is that no C0/C1 control character gets through
   expect(text).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/)
   expect(text).toBe(text.trim())
   expect(text).not.toMatch(/[\ud800-\udfff]/u) // with the u flag only an unpaired surrogate half matches
@@ -230,7 +231,7 @@ export function authenticatorContract(label: string, open: () => Promise<Authent
         if (headers === null) continue // this kind of credential cannot carry the value at all
         carried++
         const failure = failureOf(await present(headers), JSON.stringify({ identity, tenant }))
-        expect({ identity, tenant, reason: failure.reason }).toEqual({ identity, tenant, reason: expect.stringMatching(reason) })
+        expect({ identity, tenant, reason: failure.reason }).toEqual({ identity, tenant, reason: expect.stringMatching(reason) as unknown })
         for (const value of [identity, tenant ?? '']) expect(failure.reason).not.toContain(value)
       }
       expect(carried).toBeGreaterThanOrEqual(8)

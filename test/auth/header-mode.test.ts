@@ -90,6 +90,6 @@ test('starting in header mode warns that identities are unauthenticated', async 
   await gateway.shutdown()
   expect(lines.map((l) => JSON.parse(l) as { level: string; message: string })).toContainEqual({
     level: 'warn',
-    message: expect.stringMatching(/header.*unverified/),
+    message: expect.stringMatching(/header.*unverified/) as unknown,
   })
 })

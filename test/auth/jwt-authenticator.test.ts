@@ -197,7 +197,7 @@ test('asymmetric keys without an audience or an issuer start with a warning that
     expect(lines).toHaveLength(1)
     expect(JSON.parse(lines.pop() as string)).toMatchObject({
       level: 'warn',
-      message: expect.stringContaining('tokens issued for other applications'),
+      message: expect.stringContaining('tokens issued for other applications') as unknown,
     })
   }
 })
@@ -209,7 +209,7 @@ describe('the development secret', () => {
     expect(lines).toEqual([])
     await JwtAuthenticator.open(jwtConfig({ secret: DEVELOPMENT_SECRET }), log)
     expect(lines).toHaveLength(1)
-    expect(JSON.parse(lines[0])).toMatchObject({ level: 'warn', message: expect.stringContaining('public development secret') })
+    expect(JSON.parse(lines[0])).toMatchObject({ level: 'warn', message: expect.stringContaining('public development secret') as unknown })
     expect(lines[0]).not.toContain(DEVELOPMENT_SECRET)
   })
 })

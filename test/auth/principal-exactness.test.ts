@@ -43,6 +43,7 @@ describe('checkPrincipal: whitespace at either end', () => {
     const wrong: string[] = []
     for (const c of BMP) {
       const trimmed = `${c}x`.trim() !== `${c}x`
+      // eslint-disable-next-line no-control-regex -- classifying C0/C1 control characters is the point
       const control = /[\u0000-\u001f\u007f-\u009f]/.test(c)
       for (const value of [`${c}x`, `x${c}`]) {
         const problem = checkPrincipal('identity', value)

@@ -13,7 +13,7 @@ import { SECRET, hour, hs, rsaKey, signWith } from './forge'
 
 // Counts signature verifications: the real jwtVerify, observed.
 jest.mock('jose', () => {
-  const actual = jest.requireActual<typeof import('jose')>('jose')
+  const actual = jest.requireActual<typeof jose>('jose')
   return { ...actual, jwtVerify: jest.fn(actual.jwtVerify) }
 })
 const verifications = jose.jwtVerify as unknown as jest.Mock

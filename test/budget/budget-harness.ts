@@ -10,17 +10,19 @@ import { type ExampleMode, type ExampleServer, startExampleServer } from '../../
 import { MCP_HEADERS, as, configFrom, readJsonl, tempDir } from '../helpers/harness'
 
 /** A clock the test moves instead of sleeping. */
-export function manualClock(): { now: () => number; advance(seconds: number): void } {
+export function manualClock(): { now: () => number; advance: (seconds: number) => void } {
   let ms = 1_000_000
   return { now: () => ms, advance: (seconds) => void (ms += seconds * 1000) }
 }
 
+type LogLine = { level: string; message: string } & Record<string, unknown>
+
 /** A winston logger that keeps every line it is given, for asserting on startup notices. */
-export function capturingLogger(): { log: Logger; lines: Array<{ level: string; message: string } & Record<string, unknown>> } {
-  const lines: Array<{ level: string; message: string } & Record<string, unknown>> = []
+export function capturingLogger(): { log: Logger; lines: LogLine[] } {
+  const lines: LogLine[] = []
   const stream = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      lines.push(JSON.parse(chunk.toString()))
+      lines.push(JSON.parse(chunk.toString()) as LogLine)
       done()
     },
   })
@@ -47,7 +49,8 @@ export interface BudgetHarness {
 export interface Reply {
   readonly status: number
   readonly headers: Headers
-  readonly json: any
+  /** The parsed body (null when empty); tests give it the JSON-RPC shape they assert on. */
+  readonly json: unknown
 }
 
 /**

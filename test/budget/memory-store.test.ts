@@ -3,9 +3,15 @@ import { MemoryBudgetStore } from '../../src/budget/memory-store'
 import { manualClock } from './budget-harness'
 import { bucket, budgetStoreContract } from './store-contract'
 
-budgetStoreContract('MemoryBudgetStore', async () => {
+budgetStoreContract('MemoryBudgetStore', () => {
   const clock = manualClock()
-  return { store: new MemoryBudgetStore({ now: clock.now }), advance: async (s) => clock.advance(s) }
+  return Promise.resolve({
+    store: new MemoryBudgetStore({ now: clock.now }),
+    advance: (s) => {
+      clock.advance(s)
+      return Promise.resolve()
+    },
+  })
 })
 
 test('a window just opened reports exactly its length to reset at clock readings where float noise adds to it', async () => {
@@ -19,7 +25,7 @@ test('a window just opened reports exactly its length to reset at clock readings
 })
 
 describe('MemoryBudgetStore memory', () => {
-  test('a flood of distinct identities is forgotten once its window is over', async () => {
+  test('a flood of distinct identities is forgotten once its window is over', () => {
     const clock = manualClock()
     const store = new MemoryBudgetStore({ now: clock.now })
     for (let i = 0; i < 20_000; i++) store.admitNow([bucket(identityKey('acme', `flood-${i}`), 100)])
@@ -35,7 +41,7 @@ describe('MemoryBudgetStore memory', () => {
     expect(checks).toBeLessThanOrEqual(Math.ceil(20_000 / 1024) + 1)
   })
 
-  test('eviction takes only expired buckets, across different window lengths', async () => {
+  test('eviction takes only expired buckets, across different window lengths', () => {
     const clock = manualClock()
     const store = new MemoryBudgetStore({ now: clock.now })
     store.admitNow([bucket(toolKey('short'), 5, { windowSeconds: 10 })])
@@ -51,7 +57,7 @@ describe('MemoryBudgetStore memory', () => {
     expect(long.buckets[0].remaining).toBe(3)
   })
 
-  test('a bucket reopened after its window keeps its new count when the old window is evicted', async () => {
+  test('a bucket reopened after its window keeps its new count when the old window is evicted', () => {
     const clock = manualClock()
     const store = new MemoryBudgetStore({ now: clock.now })
     const alice = bucket(identityKey('acme', 'alice'), 5, { windowSeconds: 10 })

@@ -2,8 +2,11 @@
  * Budget enforcement seen from outside: a real gateway between fetch and the example MCP server,
  * counting in a real MemoryBudgetStore whose clock the tests move.
  */
-import { type BudgetHarness, startBudgetHarness } from './budget-harness'
+import { type BudgetHarness, type Reply, startBudgetHarness } from './budget-harness'
 import { rpc, toolCall } from '../helpers/harness'
+
+/** The error data of a throttled call's JSON-RPC answer. */
+const errorDataOf = (res: Reply) => (res.json as { error: { data: { bucket: string; retry_after_seconds: number } } }).error.data
 
 const EXAMPLE_BUDGET = {
   requests_per_window: 3,
@@ -63,7 +66,7 @@ describe('a throttled call', () => {
     await h.post(expensive(2), 'bob')
     const res = await h.post(expensive(3), 'carol')
     expect(res.status).toBe(429)
-    expect(res.json.error.data).toEqual({ retry_after_seconds: 30, bucket: 'tool' })
+    expect(errorDataOf(res)).toEqual({ retry_after_seconds: 30, bucket: 'tool' })
     expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=3;w=60')
     expect((await h.audit()).at(-1)).toMatchObject({
       identity: 'carol',
@@ -77,7 +80,7 @@ describe('a throttled call', () => {
     h.advance(59.6)
     const res = await h.post(echo())
     expect(res.headers.get('retry-after')).toBe('1')
-    expect(res.json.error.data.retry_after_seconds).toBe(1)
+    expect(errorDataOf(res).retry_after_seconds).toBe(1)
   })
 })
 
@@ -89,7 +92,7 @@ describe('an admitted call', () => {
   test('is forwarded with the remaining counts of every bucket that applies', async () => {
     const res = await h.post(expensive())
     expect(res.status).toBe(200)
-    expect(res.json.result.content[0].text).toBe('expensive result')
+    expect((res.json as { result: { content: Array<{ text: string }> } }).result.content[0].text).toBe('expensive result')
     expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=3;w=60')
     expect(res.headers.get('ratelimit')).toBe('"tool";r=1;t=30, "tenant";r=4;t=60, "identity";r=2;t=60')
   })
@@ -120,7 +123,7 @@ describe('buckets', () => {
     for (const who of ['alice', 'alice', 'alice', 'bob', 'bob']) expect((await h.post(echo(), who)).status).toBe(200)
     const carol = await h.post(echo(), 'carol')
     expect(carol.status).toBe(429)
-    expect(carol.json.error.data.bucket).toBe('tenant')
+    expect(errorDataOf(carol).bucket).toBe('tenant')
     expect((await h.post(echo(), 'carol', 'globex')).status).toBe(200)
   })
 
@@ -142,7 +145,7 @@ describe('buckets', () => {
     expect((await h.post(expensive(), 'alice')).headers.get('ratelimit')).toBe('"tool";r=1;t=30, "tenant";r=4;t=60, "identity";r=0;t=60')
     const refused = await h.post(expensive(), 'alice')
     expect(refused.status).toBe(429)
-    expect(refused.json.error.data.bucket).toBe('identity')
+    expect(errorDataOf(refused).bucket).toBe('identity')
     expect(refused.headers.get('ratelimit')).toBe('"tool";r=1;t=30, "tenant";r=4;t=60, "identity";r=0;t=60')
     expect((await h.post(expensive(), 'bob')).headers.get('ratelimit')).toBe('"tool";r=0;t=30, "tenant";r=3;t=60, "identity";r=0;t=60')
   })
@@ -167,7 +170,7 @@ describe('batches', () => {
   test('each tools/call element counts and the batch is charged together', async () => {
     const res = await h.post([echo(1), rpc('tools/list', {}, 2), expensive(3), expensive(4)])
     expect(res.status).toBe(200)
-    expect(res.json.map((r: { id: number }) => r.id)).toEqual([1, 2, 3, 4])
+    expect((res.json as Array<{ id: number }>).map((r) => r.id)).toEqual([1, 2, 3, 4])
     expect(res.headers.get('ratelimit')).toBe('"tool";r=0;t=30, "tenant";r=2;t=60, "identity";r=1;t=60')
   })
 
@@ -193,7 +196,7 @@ describe('batches', () => {
     h.advance(20)
     const res = await h.post([expensive(1), expensive(2), expensive(3)])
     expect(res.status).toBe(429)
-    expect(res.json.error.data).toEqual({ bucket: 'tool', retry_after_seconds: 30 }) // a whole window: sooner cannot help
+    expect(errorDataOf(res)).toEqual({ bucket: 'tool', retry_after_seconds: 30 }) // a whole window: sooner cannot help
     expect(res.headers.get('retry-after')).toBe('30')
     expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=2;w=30, "tenant";q=5;w=60, "identity";q=4;w=60')
     const entries = (await h.audit()).slice(-1) // one entry for the refused batch
@@ -226,7 +229,7 @@ test('on a 429 the "tool" item is the bucket that refused, even when another too
   expect((await h.post([echo(1), echo(2), echo(3), whoami(4)])).status).toBe(200) // echo: 2 left, whoami: 1 left
   const res = await h.post([echo(5), echo(6), echo(7), whoami(8)]) // echo needs 3 of its 2: refused
   expect(res.status).toBe(429)
-  expect(res.json.error.data).toEqual({ bucket: 'tool', retry_after_seconds: 60 })
+  expect(errorDataOf(res)).toEqual({ bucket: 'tool', retry_after_seconds: 60 })
   expect(res.headers.get('ratelimit-policy')).toBe('"tool";q=5;w=60, "identity";q=100;w=60')
   expect(res.headers.get('ratelimit')).toBe('"tool";r=2;t=60, "identity";r=96;t=60')
 })

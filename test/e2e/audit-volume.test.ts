@@ -223,7 +223,7 @@ describe('audit backpressure', () => {
       tool: 'echo',
       decision: 'error',
       status: 503,
-      reason: expect.stringMatching(/^WL_AUDIT_BACKPRESSURE: /),
+      reason: expect.stringMatching(/^WL_AUDIT_BACKPRESSURE: /) as unknown,
     })
     expect(byId.has(singleId as string)).toBe(false)
     expect(await metric(h, 'wardline_audit_dropped_total')).toBe(1)

@@ -223,10 +223,10 @@ describe('wardline serve', () => {
     served.child.kill('SIGINT')
     expect(await served.exited).toBe(0)
     const lines = served.stdout().trimEnd().split('\n')
-    expect(lines.map((l) => JSON.parse(l)).map((e: { decision: string; status: number }) => [e.decision, e.status])).toEqual([
+    expect(lines.map((l) => JSON.parse(l) as { decision: string; status: number }).map((e) => [e.decision, e.status])).toEqual([
       ['allow', 200],
       ['unauthorized', 401],
     ])
-    for (const line of served.stderr().trimEnd().split('\n')) expect(() => JSON.parse(line)).not.toThrow()
+    for (const line of served.stderr().trimEnd().split('\n')) expect(() => JSON.parse(line) as unknown).not.toThrow()
   })
 })

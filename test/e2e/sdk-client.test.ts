@@ -54,7 +54,7 @@ describe.each<ExampleMode>(['stateless-json', 'stateless-sse', 'stateful'])('Str
 
   test("the upstream sees the verified identity and never the caller's Authorization header", async () => {
     const { client } = await connect(h)
-    const seen = JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} })))
+    const seen = JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} }))) as unknown
     expect(seen).toEqual({ identity: 'alice', tenant: 'acme', authorization: null })
     await client.close()
     expect(h.upstream.seen.length).toBeGreaterThan(0)
@@ -180,7 +180,7 @@ describe('legacy HTTP+SSE transport through the gateway', () => {
     await client.connect(transport)
     expect((await client.listTools()).tools.length).toBe(5)
     expect(textOf(await client.callTool({ name: 'echo', arguments: { text: 'old transport' } }))).toBe('old transport')
-    const who = JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} })))
+    const who = JSON.parse(textOf(await client.callTool({ name: 'whoami', arguments: {} }))) as unknown
     expect(who).toEqual({ identity: 'alice', tenant: 'acme', authorization: null })
     await client.close()
 

@@ -84,7 +84,7 @@ describe('a client that disconnects', () => {
 
   test('before the upstream answers, aborts the upstream request and is audited as 499', async () => {
     const answered = gate()
-    upstream = await startRawUpstream(async () => {
+    upstream = await startRawUpstream(() => {
       answered.open() // and never writes a response
     })
     h = await startHarness({ upstreamUrl: upstream.url })

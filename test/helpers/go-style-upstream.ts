@@ -61,8 +61,13 @@ function decodeKeepingDuplicates(text: string): Value {
 function goField(object: Value | undefined, field: string): Value | undefined {
   if (object === null || typeof object !== 'object' || Array.isArray(object)) return undefined
   let found: Value | undefined
-  for (const [key, v] of (object as Entries).entries) if (key.toUpperCase().toLowerCase() === field) found = v
+  for (const [key, v] of object.entries) if (key.toUpperCase().toLowerCase() === field) found = v
   return found
+}
+
+/** Go decodes only a JSON string into a string field; any other value is a type error that leaves the field "". */
+function goString(value: Value | undefined): string {
+  return typeof value === 'string' ? value : ''
 }
 
 export interface Executed {
@@ -76,10 +81,10 @@ export function goStyleRead(body: string): Executed[] {
   const tree = decodeKeepingDuplicates(body)
   const messages = Array.isArray(tree) ? tree : [tree]
   return messages.map((m) => {
-    const method = String(goField(m, 'method') ?? '')
+    const method = goString(goField(m, 'method'))
     const params = goField(m, 'params')
     const uri = goField(params, 'uri')
-    const target = typeof uri === 'string' && URL.canParse(uri.trim()) ? new URL(uri.trim()).href : String(goField(params, 'name') ?? '')
+    const target = typeof uri === 'string' && URL.canParse(uri.trim()) ? new URL(uri.trim()).href : goString(goField(params, 'name'))
     return { method, target }
   })
 }

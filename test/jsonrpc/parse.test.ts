@@ -193,7 +193,7 @@ describe('one reading of every message', () => {
     expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\ud800"}}')).toMatchObject({
       ok: false,
       code: -32700,
-      reason: expect.stringContaining('lone UTF-16 surrogate'),
+      reason: expect.stringContaining('lone UTF-16 surrogate') as unknown,
     })
     expect(parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\udc00b"}}')).toMatchObject({ ok: false, code: -32700 })
     const invalid = Buffer.concat([

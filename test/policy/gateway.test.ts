@@ -202,7 +202,7 @@ describe('the official SDK client and a denied call', () => {
       },
     })
   })
-  let cleanup: () => Promise<void> = async () => undefined
+  let cleanup: () => Promise<void> = () => Promise.resolve()
   afterAll(async () => {
     await cleanup()
     await h.close()
@@ -260,7 +260,7 @@ describe('without a policy', () => {
       { log },
     )
     try {
-      expect(lines.map((line) => JSON.parse(line))).toContainEqual(
+      expect(lines.map((line) => JSON.parse(line) as { level: string; message: string })).toContainEqual(
         expect.objectContaining({
           level: 'warn',
           message: 'no policy configured (policy or policy_file): every tool, resource and prompt call is allowed',

@@ -89,7 +89,7 @@ test('with the database hung, audit entries reach the spill file within the retr
 
 test('a shutdown while the database hangs finishes in bounded time with every entry in the spill file or the table', async () => {
   const { h, proxy, dir, spillFile } = await start()
-  let shutdownMs = 0
+  let shutdownMs: number
   try {
     await send(h, 'warm', 1)
     await h.gateway.audit.flush()

@@ -31,10 +31,10 @@ async function call(h: Harness, identity: string, id: number | string = 1): Prom
   })
 }
 
-async function auditRows(): Promise<
-  Array<{ request_id: string; decision: string; status: number; reason: string | null; identity: string; tool: string }>
-> {
-  return (await pool.query('SELECT request_id, decision, status, reason, identity, tool FROM audit_entries ORDER BY id')).rows
+type AuditRow = { request_id: string; decision: string; status: number; reason: string | null; identity: string; tool: string }
+
+async function auditRows(): Promise<AuditRow[]> {
+  return (await pool.query<AuditRow>('SELECT request_id, decision, status, reason, identity, tool FROM audit_entries ORDER BY id')).rows
 }
 
 async function countOf(key: string): Promise<number | null> {

@@ -40,7 +40,7 @@ test('a database migrated by a newer Wardline is refused instead of used', async
   try {
     await expect(migrate(pools[1], silentLogger())).rejects.toMatchObject({
       code: 'WL_POSTGRES_UNAVAILABLE',
-      message: expect.stringMatching(/newer than this Wardline knows/),
+      message: expect.stringMatching(/newer than this Wardline knows/) as unknown,
     })
   } finally {
     await pools[0].query('DELETE FROM wardline_schema_migrations WHERE version = 999')

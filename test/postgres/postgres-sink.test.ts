@@ -10,7 +10,8 @@ import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { tempDir } from '../helpers/harness'
 import { freshDatabase, type TestDatabase, testPool, withClient } from '../helpers/postgres'
-import { auditEntry, auditSinkContract } from '../audit/sink-contract'
+import { auditSinkContract } from '../audit/sink-contract'
+import { auditEntry } from '../helpers/audit-entry'
 
 let db: TestDatabase
 let pool: Pool
@@ -70,15 +71,7 @@ test('a spill replay quarantines a line torn by a crash once and keeps the file 
   appendFileSync(spill.path, '{"timestamp":"2025-01-02T03:0')
   const bad: string[] = []
   const hooks = { onRejected: (line: string) => bad.push(line) }
-  await expect(
-    spill.replay(
-      async () => {
-        throw new Error('database down')
-      },
-      10,
-      hooks,
-    ),
-  ).rejects.toThrow('database down')
+  await expect(spill.replay(() => Promise.reject(new Error('database down')), 10, hooks)).rejects.toThrow('database down')
   expect(spill.hasEntries).toBe(true)
   const sink = new PostgresAuditSink(pool)
   expect(await spill.replay((b) => sink.write(b), 10, hooks)).toBe(2)
@@ -86,7 +79,7 @@ test('a spill replay quarantines a line torn by a crash once and keeps the file 
   expect(bad).toEqual(['{"timestamp":"2025-01-02T03:0'])
   expect(readFileSync(spill.rejectedPath, 'utf8')).toBe('{"timestamp":"2025-01-02T03:0\n')
   expect(spill.hasEntries).toBe(false)
-  const rows = await pool.query("SELECT count(*)::int AS n FROM audit_entries WHERE request_id LIKE 's-%'")
+  const rows = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM audit_entries WHERE request_id LIKE 's-%'")
   expect(rows.rows[0].n).toBe(2)
 })
 
@@ -101,7 +94,7 @@ test('NUL characters in any text field are stored as U+FFFD instead of failing t
     session_id: 's\u0000',
   })
   await sink.write([entry('n-ok-1'), nul, entry('n-ok-2')])
-  const rows = await pool.query(
+  const rows = await pool.query<{ request_id: string; [column: string]: string | null }>(
     "SELECT request_id, identity, tenant, method, tool, reason, session_id FROM audit_entries WHERE request_id LIKE 'n-%' ORDER BY id",
   )
   expect(rows.rows.map((r) => r.request_id)).toEqual(['n-ok-1', 'n-\uFFFD-1', 'n-ok-2'])

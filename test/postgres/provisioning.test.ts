@@ -16,7 +16,9 @@ describe('test Postgres provisioning', () => {
   test('each call gets its own empty database, so test files never see each other', async () => {
     expect(a.name).not.toBe(b.name)
     await withClient(a.url, (c) => c.query('CREATE TABLE only_in_a (x int)'))
-    const tables = await withClient(b.url, (c) => c.query("SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'only_in_a'"))
+    const tables = await withClient(b.url, (c) =>
+      c.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_tables WHERE tablename = 'only_in_a'"),
+    )
     expect(tables.rows[0].n).toBe(0)
   })
 
@@ -28,7 +30,7 @@ describe('test Postgres provisioning', () => {
     await held.connect()
     await extra.drop()
     const left = await withClient(extra.adminUrl, (c) =>
-      c.query('SELECT count(*)::int AS n FROM pg_database WHERE datname = $1', [extra.name]),
+      c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_database WHERE datname = $1', [extra.name]),
     )
     expect(left.rows[0].n).toBe(0)
     await held.end().catch(() => undefined)

@@ -63,7 +63,7 @@ test('two gateway processes on one database admit exactly the shared limit in to
   }
   // Started at the same moment: both run the migrations; the advisory lock lets one do it.
   const started = await startAll(files)
-  let exitCodes: Array<number | null> = []
+  let exitCodes: Array<number | null>
   try {
     const statuses = await Promise.all(
       Array.from({ length: 100 }, async (_, i) => {

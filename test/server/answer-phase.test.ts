@@ -3,7 +3,7 @@
  * real Gateway, the real JSON-RPC stage and relay, and a hand-written upstream on port 0. The stages
  * here are small test stages: what they do is what a list filter or a refund will do.
  */
-import { type Server, createServer } from 'node:http'
+import { type Server, type ServerResponse, createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
@@ -21,7 +21,7 @@ import { type RawUpstream, type SeenRequest, startRawUpstream } from '../e2e/raw
 import { configFrom, readJsonl, rpc, tempDir, toolCall } from '../helpers/harness'
 import { open, readAll, send } from '../helpers/http-client'
 
-type Answer = (req: SeenRequest, res: import('node:http').ServerResponse) => void
+type Answer = (req: SeenRequest, res: ServerResponse) => void
 
 interface Rig {
   url: string
@@ -216,7 +216,7 @@ describe('the answer phase', () => {
     expect(readJsonl(r.auditFile)[0]).toMatchObject({
       decision: 'error',
       status: 502,
-      reason: expect.stringContaining('content-encoded (gzip)') as unknown as string,
+      reason: expect.stringContaining('content-encoded (gzip)') as unknown,
     })
   })
 
