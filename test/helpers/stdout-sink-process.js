@@ -1,7 +1,7 @@
 // A JsonlAuditSink on this process's stdout, driven over IPC by a test (test/audit/sink-contract.ts):
 // the parent starts it with stdout redirected to a file, as `wardline serve > audit.jsonl` would, and
-// reads what the sink wrote from that file. TypeScript is compiled on load by swc, as in
-// gateway-process.js. Messages: { id, op: 'write' | 'reopen' | 'close', entries? }; each is answered
+// reads what the sink wrote from that file. TypeScript is compiled on load by swc (as
+// test/helpers/cli.ts does for the CLI). Messages: { id, op: 'write' | 'reopen' | 'close', entries? }; each is answered
 // with { id, ok, message? } once the sink's call settled.
 'use strict'
 const { readFileSync } = require('node:fs')

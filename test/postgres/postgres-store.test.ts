@@ -7,6 +7,7 @@ import { migrate } from '../../src/postgres/migrate'
 import { budgetStoreContract, bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
+import { waitFor } from '../helpers/wait'
 
 let db: TestDatabase
 let pool: Pool
@@ -128,7 +129,10 @@ describe('PostgresBudgetStore', () => {
       await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [alice.key])
       const started = performance.now()
       const late = store.admit([alice])
-      while ((await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n === 0) await new Promise((resolve) => setImmediate(resolve))
+      await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
+        what: 'the check to wait on the row lock',
+        intervalMs: 5,
+      })
       // Release the row: the check commits at once, well within its bound. Meanwhile this event loop
       // stays busy past the check's deadline, so the deadline timer fires before the verdict is read.
       const committed = holder.query('COMMIT')

@@ -6,6 +6,7 @@ import { migrate } from '../../src/postgres/migrate'
 import { MIGRATIONS } from '../../src/postgres/migrations'
 import { bucket } from '../budget/store-contract'
 import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
+import { waitFor } from '../helpers/wait'
 
 /** Migration 002: wardline_budget_admit takes the window clock (p_now) instead of a test-only offset. */
 let db: TestDatabase
@@ -74,7 +75,10 @@ test('windows are judged when the row locks are held, not when the check arrived
     await holder.query('BEGIN')
     await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [alice.key])
     const waiting = store.admit([alice])
-    while ((await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n === 0) await new Promise((resolve) => setImmediate(resolve))
+    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
+      what: 'the check to wait on the row lock',
+      intervalMs: 5,
+    })
     // The check now waits behind the lock; hold it past the window's end (a stuck transaction would).
     await holder.query('SELECT pg_sleep(0.3)')
     await holder.query('COMMIT')
