@@ -110,6 +110,13 @@ export class AuditSpill {
           if (n <= progress.done || line.length === 0) continue
           const entry = parseEntry(line)
           if (entry === null) {
+            // Lines are handled in order (ReplayProgress.quarantined relies on it): the batch before
+            // this line goes first, so a line of it the sink refuses is quarantined before this one.
+            if (batch.length > 0) {
+              replayed += await this.writeBatch(progress, batch, write, hooks)
+              progress.done = n - 1
+              batch = []
+            }
             this.quarantine(progress, n, line, 'not an audit entry (a line torn by a crash?)', hooks)
             continue
           }
