@@ -156,18 +156,13 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     if (extra !== null) for (const name in extra) out.push(name, extra[name])
     if (cors !== null) pushCorsHeaders(out, cors)
     out.push('x-wardline-request-id', this.ex.requestId)
-    if (this.jsonChunks !== null) {
-      // Held whole and perhaps rewritten: the length is set once the body is known.
-      withoutHeader(out, 'content-length')
-      this.heldStatus = statusCode
-      this.heldHeaders = out
-      return
-    }
-    if (this.sse !== null) withoutHeader(out, 'content-length')
+    // A body a stage reads may be rewritten: a held JSON answer gets its length once it is known, an
+    // SSE answer goes without one.
+    if (this.jsonChunks !== null || this.sse !== null) withoutHeader(out, 'content-length')
     // SSE (no content-length): send the headers now rather than with the first event, which may be
     // minutes away. A sized body follows at once: flushing its head separately cost a second socket
-    // write per response (12% of the gateway's sampled time).
-    if (headers['content-length'] === undefined || this.sse !== null) {
+    // write per response (12% of the gateway's sampled time). A JSON answer a stage reads is held.
+    if (this.jsonChunks === null && (headers['content-length'] === undefined || this.sse !== null)) {
       this.writeHead(statusCode, out)
       res.flushHeaders()
     } else {
@@ -209,18 +204,26 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   private unreadable(why: string): void {
     const err = new WardlineError('WL_UPSTREAM_FAILED', `upstream answer not readable: ${why}`)
     // Settle first: the abort below reports back through onResponseError, which must not win.
-    if (this.heldHeaders !== null || !this.ex.res.headersSent) {
+    this.giveUp(err, err.message)
+    this.controller?.abort(err)
+  }
+
+  /**
+   * The answer cannot go on. While nothing reached the client (not even a held head) the gateway can
+   * still answer for it (`failure`: 502/504); once the head is out, the stream is cut and the audit
+   * says why (`cutReason`).
+   */
+  private giveUp(failure: WardlineError, cutReason: string): void {
+    if (!this.ex.res.headersSent) {
       this.heldHeaders = null
       this.jsonChunks = null
-      this.fail(err)
-    } else {
-      this.ex.aborted = true
-      this.ex.decision = 'error'
-      this.ex.reason = err.message
-      this.ex.res.destroy()
-      this.finish()
+      return this.fail(failure)
     }
-    this.controller?.abort(err)
+    this.ex.aborted = true
+    this.ex.decision = 'error'
+    this.ex.reason = cutReason
+    this.ex.res.destroy()
+    this.finish()
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -272,17 +275,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
     if (this.settled) return // the gateway gave up first (deadline, unreadable answer): it already answered
     if (this.ex.aborted) return this.finish() // our own abort after the client left
-    // Nothing sent to the client yet (not even a held head): the gateway can still answer 502.
-    if (!this.started || this.heldHeaders !== null) {
-      this.heldHeaders = null
-      this.jsonChunks = null
-      return this.fail(classify(err))
-    }
-    this.ex.aborted = true
-    this.ex.decision = 'error'
-    this.ex.reason = `upstream response broke off: ${describeError(err)}`
-    this.ex.res.destroy()
-    this.finish()
+    this.giveUp(classify(err), `upstream response broke off: ${describeError(err)}`)
   }
 
   private readonly onDrain = (): void => {

@@ -7,7 +7,15 @@
  * server's request to the client (sampling, elicitation) reaches the client while the stream stays open.
  */
 export class SseMessages {
-  private pending: Buffer | null = null
+  /** The bytes received of the event not yet complete, as they came (joined once, when it completes). */
+  private chunks: Buffer[] = []
+  private held = 0
+  /** True while the current line has no byte yet: a line end now is a blank line, which ends the event. */
+  private lineEmpty = true
+  /** The last byte was a CR: a LF right after it belongs to the same line end (CRLF). */
+  private afterCR = false
+  /** That CR ended the event: it is cut after the CR, or after the LF that follows. */
+  private endsAfterCR = false
 
   constructor(
     private readonly rewrite: (data: string) => string,
@@ -15,41 +23,73 @@ export class SseMessages {
     private readonly maxEventBytes: number,
   ) {}
 
-  /** Returns the bytes to send now (complete events), possibly empty. */
+  /**
+   * Returns the bytes to send now (complete events), possibly empty. Each byte is looked at once, and
+   * an event's chunks are joined once, however many pushes it took to arrive.
+   */
   push(chunk: Buffer): Buffer {
-    const buffer = this.pending === null ? chunk : Buffer.concat([this.pending, chunk])
     const out: Buffer[] = []
-    let eventStart = 0
-    let lineStart = 0
-    let i = 0
-    while (i < buffer.length) {
-      const c = buffer[i]
+    let from = 0 // start of the bytes of `chunk` not yet part of an event sent
+    for (let i = 0; i < chunk.length; i++) {
+      const c = chunk[i]
+      if (this.afterCR) {
+        this.afterCR = false
+        if (this.endsAfterCR) {
+          this.endsAfterCR = false
+          const end = c === LF ? i + 1 : i
+          out.push(this.complete(chunk.subarray(from, end)))
+          from = end
+          if (c === LF) continue
+        } else if (c === LF) continue
+      }
       if (c !== LF && c !== CR) {
-        i++
+        this.lineEmpty = false
         continue
       }
-      // CR at the very end: it may be the first half of a CRLF; decide when more arrives.
-      if (c === CR && i + 1 === buffer.length) break
-      const end = c === CR && buffer[i + 1] === LF ? i + 2 : i + 1
-      if (i === lineStart) {
-        out.push(this.event(buffer.subarray(eventStart, end)))
-        eventStart = end
+      if (c === CR) this.afterCR = true
+      if (!this.lineEmpty) {
+        this.lineEmpty = true
+        continue
       }
-      lineStart = end
-      i = end
+      // A blank line: the event ends here (after a CR, once the next byte says whether a LF follows).
+      if (c === CR) this.endsAfterCR = true
+      else {
+        out.push(this.complete(chunk.subarray(from, i + 1)))
+        from = i + 1
+      }
     }
-    this.pending = eventStart < buffer.length ? Buffer.from(buffer.subarray(eventStart)) : null
-    if (this.pending !== null && this.pending.length > this.maxEventBytes) {
-      throw new Error(`an SSE event of the answer passed ${this.maxEventBytes} bytes before it ended`)
+    if (from < chunk.length) {
+      this.chunks.push(chunk.subarray(from))
+      this.held += chunk.length - from
+      if (this.held > this.maxEventBytes) {
+        throw new Error(`an SSE event of the answer passed ${this.maxEventBytes} bytes before it ended`)
+      }
     }
     return out.length === 1 ? out[0] : Buffer.concat(out)
   }
 
-  /** The stream ended: an event left incomplete is dispatched by no client, so it is sent as it came. */
+  /**
+   * The stream ended. An event whose blank line was its last byte (a CR) is complete; anything else
+   * left is an incomplete event, dispatched by no client, so it is sent as it came.
+   */
   end(): Buffer | null {
-    const rest = this.pending
-    this.pending = null
+    if (this.endsAfterCR) {
+      this.endsAfterCR = false
+      return this.complete(Buffer.alloc(0))
+    }
+    if (this.held === 0) return null
+    const rest = Buffer.concat(this.chunks)
+    this.chunks = []
+    this.held = 0
     return rest
+  }
+
+  /** The event made of the bytes held so far and `last`, passed through `rewrite`. */
+  private complete(last: Buffer): Buffer {
+    const raw = this.held === 0 ? last : Buffer.concat([...this.chunks, last])
+    this.chunks = []
+    this.held = 0
+    return this.event(raw)
   }
 
   private event(raw: Buffer): Buffer {
