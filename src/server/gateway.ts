@@ -27,6 +27,8 @@ function chainOf(stages: readonly Stage[]): Chain {
 export class Gateway {
   /** Requests between arrival and their audit record. */
   private readonly running = new Set<Exchange>()
+  /** The chain new requests run through; a reload swaps it whole. */
+  private chain: Chain
 
   /** Requests not yet audited; shutdown waits for this to reach 0. */
   get inFlight(): number {
@@ -48,8 +50,6 @@ export class Gateway {
   cutRemaining(): void {
     for (const ex of this.running) if (!ex.aborted) ex.cutAtShutdown = true
   }
-
-  private chain: Chain
 
   constructor(
     stages: readonly Stage[],

@@ -27,19 +27,9 @@ afterAll(async () => {
   await db.drop()
 })
 
+/** The shared fixture with a millisecond timestamp and a fractional latency, which the row must keep exactly. */
 function entry(id: string, extra: Partial<AuditEntry> = {}): AuditEntry {
-  return {
-    timestamp: '2025-01-02T03:04:05.678Z',
-    request_id: id,
-    identity: 'alice',
-    tenant: 'acme',
-    method: 'tools/call',
-    tool: 'echo',
-    decision: 'allow',
-    status: 200,
-    latency_ms: 1.25,
-    ...extra,
-  }
+  return auditEntry(id, { timestamp: '2025-01-02T03:04:05.678Z', latency_ms: 1.25, ...extra })
 }
 
 test('a batch lands as rows whose columns mirror the JSONL fields, optional ones as NULL', async () => {
