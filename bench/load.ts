@@ -148,9 +148,15 @@ export async function interleave(
   scenarios: Readonly<Record<string, () => Promise<LoadResult>>>,
 ): Promise<Record<string, LoadResult[]>> {
   const out: Record<string, LoadResult[]> = {}
-  for (const name in scenarios) out[name] = []
+  const names = Object.keys(scenarios)
+  for (const name of names) out[name] = []
+  // The order rotates each round, so no scenario always runs first (after the previous round's last
+  // one, on a machine still busy with it): a fixed order biased every ratio the same way.
   for (let round = 0; round < rounds; round++) {
-    for (const name in scenarios) out[name].push(await scenarios[name]())
+    for (let i = 0; i < names.length; i++) {
+      const name = names[(round + i) % names.length]
+      out[name].push(await scenarios[name]())
+    }
   }
   return out
 }

@@ -1,44 +1,33 @@
 /**
  * The Postgres budget store's allow path next to the in-memory one, in the same run:
- *  - through the gateway over HTTP, one hot identity (every check locks the same three rows);
+ *  - through the gateway over HTTP, one hot identity, with bench/budget.ts's cost-weighted two-window
+ *    config (every check locks the same six rows);
  *  - the store alone, in process, 32 checks in flight: spread keys (one identity bucket per check,
- *    cycling over 10 000 identities) and one hot key, with synchronous_commit off (the default) and on, next to memory.
+ *    cycling over 10 000 identities) and one hot key (three buckets, one window each), with
+ *    synchronous_commit off (the default) and on, next to memory; and the hot key with the six
+ *    buckets of the HTTP config, synchronous_commit off, to show what the extra rows cost.
  * Needs a Postgres: WARDLINE_BENCH_DATABASE_URL, else WARDLINE_TEST_DATABASE_URL, else
  * postgres@127.0.0.1:5432. A scratch database is created and dropped; without a server the section
  * reports that it was skipped.
  */
 import { randomBytes } from 'node:crypto'
 import { Client, Pool } from 'pg'
-import { identityKey, tenantKey, toolKey } from '../src/budget/keys'
 import { MemoryBudgetStore } from '../src/budget/memory-store'
 import { PostgresBudgetStore } from '../src/budget/postgres-store'
 import type { BucketCharge, BudgetStore } from '../src/budget/store'
 import { silentLogger } from '../src/log'
 import { migrate } from '../src/postgres/migrate'
+import { HUGE, TWO_WINDOWS, echoCharges } from './budget'
 import { startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 import { type BenchRow, type BenchSection, interleave, median, summarize } from './load'
 
 const ADMIN_URL =
   process.env.WARDLINE_BENCH_DATABASE_URL ?? process.env.WARDLINE_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
-const LIMIT = 1_000_000_000
-const BUDGET = {
-  requests_per_window: LIMIT,
-  window_seconds: 3600,
-  tenants: { acme: { requests_per_window: LIMIT, window_seconds: 3600 } },
-  tools: { echo: { requests_per_window: LIMIT, window_seconds: 3600 } },
-}
+const BUDGET = TWO_WINDOWS(HUGE)
 
-function charges(identity: string): BucketCharge[] {
-  return [
-    { key: toolKey('echo'), kind: 'tool', name: 'echo', limit: LIMIT, windowSeconds: 3600, cost: 1 },
-    { key: tenantKey('acme'), kind: 'tenant', name: 'acme', limit: LIMIT, windowSeconds: 3600, cost: 1 },
-    { key: identityKey('acme', identity), kind: 'identity', name: identity, limit: LIMIT, windowSeconds: 3600, cost: 1 },
-  ]
-}
-
-/** Identity-only charges: spread keys share no row at all. */
+/** Identity-only charges, one hour-long window: spread keys share no row at all. */
 function identityOnly(identity: string): BucketCharge[] {
-  return [charges(identity)[2]]
+  return echoCharges([3600], 1, identity).slice(-1)
 }
 
 /** Checks per second and the median check latency, `concurrency` checks in flight for `durationMs`. */
@@ -94,7 +83,7 @@ const postgres: BenchSection = {
       pool.on('error', () => undefined)
       await migrate(pool, silentLogger())
 
-      // 1. Through the gateway over HTTP: one hot identity, three buckets per check.
+      // 1. Through the gateway over HTTP: one hot identity, six buckets per check, 3 units each.
       const upstream = await startRawUpstream()
       const memoryGw = await startBenchGateway(upstream.url, { features: { budget_enforcement: true }, budget: BUDGET })
       const pgGw = await startBenchGateway(upstream.url, {
@@ -104,14 +93,14 @@ const postgres: BenchSection = {
       })
       try {
         const load = toolCallLoad(ctx)
-        ctx.progress(`postgres: ${ctx.rounds} HTTP rounds of ${ctx.roundMs} ms, memory then postgres store, one hot identity`)
+        ctx.progress(`postgres: ${ctx.rounds} HTTP rounds of ${ctx.roundMs} ms, memory then postgres store, one hot identity, 6 buckets`)
         const rounds = await interleave(ctx.rounds, { memory: load(memoryGw.url), postgres: load(pgGw.url) })
         const m = summarize(rounds.memory)
         const p = summarize(rounds.postgres)
         rows.push(
-          { label: 'tools/call admitted, memory store (hot key)', result: m },
+          { label: 'tools/call admitted, memory (hot, 6 buckets)', result: m },
           {
-            label: 'tools/call admitted, postgres store (hot key)',
+            label: 'tools/call admitted, postgres (hot, 6 buckets)',
             result: p,
             note: `×${(p.reqPerSec / m.reqPerSec).toFixed(2)} of memory`,
           },
@@ -127,7 +116,8 @@ const postgres: BenchSection = {
       const storeRounds = Math.min(ctx.rounds, 3)
       let n = 0
       const spread = () => identityOnly(`u${n++ % 10_000}`)
-      const hot = () => charges('hot')
+      const hot3 = echoCharges([3600], 1, 'hot')
+      const hot6 = echoCharges([60, 86_400], 3, 'hot')
       const memory = new MemoryBudgetStore()
       const off = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
       const on = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, synchronousCommit: true })
@@ -138,9 +128,11 @@ const postgres: BenchSection = {
         'memory, spread keys': () => storeLoad(memory, spread, 32, ms),
         'postgres, spread keys, sync commit off': () => storeLoad(off, spread, 32, ms),
         'postgres, spread keys, sync commit on': () => storeLoad(on, spread, 32, ms),
-        'memory, hot key (3 buckets)': () => storeLoad(memory, hot, 32, ms),
-        'postgres, hot key (3 buckets), sync off': () => storeLoad(off, hot, 32, ms),
-        'postgres, hot key (3 buckets), sync on': () => storeLoad(on, hot, 32, ms),
+        'memory, hot key (3 buckets)': () => storeLoad(memory, () => hot3, 32, ms),
+        'postgres, hot key (3 buckets), sync off': () => storeLoad(off, () => hot3, 32, ms),
+        'postgres, hot key (3 buckets), sync on': () => storeLoad(on, () => hot3, 32, ms),
+        'memory, hot key (6 buckets)': () => storeLoad(memory, () => hot6, 32, ms),
+        'postgres, hot key (6 buckets), sync off': () => storeLoad(off, () => hot6, 32, ms),
       }
       const results: Record<string, Array<{ perSec: number; p50Ms: number }>> = {}
       for (let round = 0; round < storeRounds; round++) {

@@ -29,7 +29,13 @@ export class Metrics {
   })
   readonly budgetRefunds = new Counter({
     name: 'wardline_budget_refunds_total',
-    help: 'Admitted Postgres budget checks refunded because their verdict arrived after the gateway stopped waiting for it',
+    help: 'Admitted budget checks taken back: unserved (the MCP server never served the call) or late_verdict (a Postgres verdict that arrived after the gateway stopped waiting)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  })
+  readonly budgetRefundFailures = new Counter({
+    name: 'wardline_budget_refund_failures_total',
+    help: 'Refunds of unserved calls that the budget store could not apply (the charge stays until its window ends)',
     registers: [this.registry],
   })
   readonly budgetStoreErrors = new Counter({

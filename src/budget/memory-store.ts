@@ -110,7 +110,7 @@ export class MemoryBudgetStore implements BudgetStore {
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]
       let w = open[i]
-      if (refusedBy < 0) {
+      if (refusedBy < 0 && c.charged) {
         if (w === null) w = this.openWindow(c, now)
         w.count += c.cost
       }
@@ -124,9 +124,30 @@ export class MemoryBudgetStore implements BudgetStore {
         // A bucket with no open window would open a full one with the next charge. The clamp keeps
         // float noise ((now + 60000) - now is 60000.000000007 for some now) from announcing 61 s.
         resetSeconds: w === null ? c.windowSeconds : Math.min(c.windowSeconds, (w.endsAt - now) / 1000),
+        window: w === null ? null : w.endsAt,
       }
     }
     return { admitted: refusedBy < 0, buckets, refusedBy }
+  }
+
+  refund(charges: readonly BucketCharge[], result: AdmitResult): Promise<void> {
+    this.refundNow(charges, result)
+    return Promise.resolve()
+  }
+
+  /**
+   * Takes each charged cost back from the window it went to. A window is told apart by its end: a key
+   * keeps one window length (keys.ts puts the length in the key), so a later window of the same key
+   * always ends later.
+   */
+  refundNow(charges: readonly BucketCharge[], result: AdmitResult): void {
+    if (!result.admitted) return
+    for (let i = 0; i < charges.length; i++) {
+      const c = charges[i]
+      if (!c.charged) continue
+      const w = this.windows.get(c.key)
+      if (w !== undefined && w.endsAt === result.buckets[i].window) w.count = Math.max(0, w.count - c.cost)
+    }
   }
 
   close(): Promise<void> {

@@ -2,7 +2,7 @@ import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import { withDeadline } from '../deadline'
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore, WindowId } from './store'
 
 export interface PostgresBudgetStoreOptions {
   /**
@@ -23,7 +23,7 @@ export interface PostgresBudgetStoreOptions {
    * SQL text, so every replica sharing the database agrees on when a window ends. A test injects a
    * clock it moves forward instead of sleeping; its reading travels with each check as a parameter.
    * Either way the time a check then waits for its row locks is added on the database clock
-   * (migrations/002-window-clock.ts), and deadlines stay on the real database clock.
+   * (migrations/002-window-clock.ts, 003-charged-buckets.ts), and deadlines stay on the real database clock.
    */
   readonly clock?: () => Date
   /** Called once per admitted check that was refunded because its verdict arrived after we gave up on it. */
@@ -50,15 +50,19 @@ const LATE_RESULT_GRACE_MS = 2000
 /** A clock-offset sample is replaced by a better one (shorter round trip), or by any one once this old. */
 const OFFSET_SAMPLE_MAX_AGE_MS = 30_000
 
-/** The one statement of a check; `clock` is the window clock's SQL: clock_timestamp(), or a test's parameter. */
+/**
+ * The one statement of a check (the version 3 function: migrations/003-charged-buckets.ts); `clock` is
+ * the window clock's SQL: clock_timestamp(), or a test's parameter.
+ */
 function admitSql(clock: string): string {
   return `SELECT refused_by, used, reset_seconds, window_ends, db_epoch_ms
-  FROM wardline_budget_admit($1::text[], $2::integer[], $3::double precision[], $4::integer[],
-                             $5::integer, $6::double precision, $7::boolean, ${clock})`
+  FROM wardline_budget_admit($1::text[], $2::integer[], $3::double precision[], $4::integer[], $5::boolean[],
+                             $6::integer, $7::double precision, $8::boolean, ${clock})`
 }
 
 /**
- * Takes back an admitted check nobody waited for, in the window it was charged to only. The rows are
+ * Takes back an admitted check's charged buckets, in the window each was charged to only: an admitted
+ * check nobody waited for, or one the caller refunds (`refund`). The rows are
  * locked first, in the order wardline_budget_admit locks them (key, COLLATE "C"), so a refund and a
  * check sharing buckets queue behind each other instead of deadlocking (the charges arrive in tier
  * order, tool → tenant → identity, which is not key order). ORDER BY runs before FOR UPDATE, and the
@@ -84,6 +88,26 @@ interface AdmitRow {
   db_epoch_ms: number
 }
 
+/**
+ * REFUND_SQL's parameters for what an admitted check charged: its charged buckets that have a window
+ * (an admitted charged bucket always has one; the check is skipped for a null defensively). `windows[i]`
+ * is the bucket's ends_at as the database wrote it (window_ends). Null when there is nothing to take back.
+ */
+function refundValues(charges: readonly BucketCharge[], windows: readonly WindowId[]): [string[], number[], string[]] | null {
+  const keys: string[] = []
+  const costs: number[] = []
+  const ends: string[] = []
+  for (let i = 0; i < charges.length; i++) {
+    const c = charges[i]
+    const window = windows[i]
+    if (!c.charged || window === null || window === undefined) continue
+    keys.push(c.key)
+    costs.push(c.cost)
+    ends.push(String(window))
+  }
+  return keys.length === 0 ? null : [keys, costs, ends]
+}
+
 /** Epoch milliseconds on a monotonic clock: an NTP step on this host does not move it. */
 function localEpochMs(): number {
   return performance.timeOrigin + performance.now()
@@ -92,8 +116,9 @@ function localEpochMs(): number {
 /**
  * Budget buckets in the shared budget_buckets table: every replica on one database enforces the same
  * limits (DESIGN.md "Budget semantics", "Storage"). Each check is ONE statement, a call to
- * wardline_budget_admit (postgres/migrations/002-window-clock.ts), whatever number of tiers applies:
- * all-or-nothing, atomic, windows on the database clock, rows locked in key order (deadlock-free).
+ * wardline_budget_admit (postgres/migrations/003-charged-buckets.ts), whatever number of tiers applies
+ * and whichever of them it charges: all-or-nothing, atomic, windows on the database clock, rows locked
+ * in key order (deadlock-free). A bucket's window is its row's ends_at, as text (window_ends).
  *
  * No ghost increments, because a check that hangs must become "failed open", never a late charge:
  *  - our deadline covers the pool wait and the query;
@@ -130,9 +155,10 @@ export class PostgresBudgetStore implements BudgetStore {
     this.warn = options.log ? new RateLimitedLog(options.log) : null
     this.clock = options.clock ?? null
     // Two texts, two names: pg refuses to prepare one name for two texts on the same connection, and
-    // a test may run a store on each clock over one pool.
-    this.admitName = this.clock === null ? 'wardline_budget_admit' : 'wardline_budget_admit_injected_clock'
-    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$8::timestamptz')
+    // a test may run a store on each clock over one pool. The names differ from the previous
+    // release's texts (the version 2 function) for the same reason.
+    this.admitName = this.clock === null ? 'wardline_budget_admit_v3' : 'wardline_budget_admit_v3_injected_clock'
+    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$9::timestamptz')
     this.onRefunded = options.onRefunded ?? null
   }
 
@@ -163,7 +189,7 @@ export class PostgresBudgetStore implements BudgetStore {
     let abandoned = false
     const settled = verdict.then(
       (row) => {
-        if (abandoned && row.refused_by < 0) this.refund(charges, row)
+        if (abandoned && row.refused_by < 0) this.refundLate(charges, row)
       },
       () => undefined,
     )
@@ -177,6 +203,26 @@ export class PostgresBudgetStore implements BudgetStore {
       this.track(settled)
       throw err
     }
+  }
+
+  /**
+   * Takes back what an admitted check charged, in the windows `result` names (window_ends), so a bucket
+   * whose window ended since keeps its new window's count: one statement (REFUND_SQL), bounded by
+   * `timeoutMs` from the pool wait to the answer. Rejects on a store failure, unlogged: the caller
+   * logs and counts it. A refund we gave up on (a hung network) may still reach the database later and
+   * apply there: it then takes back what the caller already counted as not taken back, never more.
+   * close() waits for refunds still running.
+   */
+  refund(charges: readonly BucketCharge[], result: AdmitResult, timeoutMs = this.checkTimeoutMs): Promise<void> {
+    if (!result.admitted) return Promise.resolve()
+    const values = refundValues(
+      charges,
+      result.buckets.map((b) => b.window),
+    )
+    if (values === null) return Promise.resolve()
+    const work = this.refundWithin(values, timeoutMs)
+    this.track(work.catch(() => undefined))
+    return work
   }
 
   /**
@@ -208,9 +254,12 @@ export class PostgresBudgetStore implements BudgetStore {
     }
   }
 
-  private refund(charges: readonly BucketCharge[], row: AdmitRow): void {
+  /** Refunds an admitted verdict that arrived after we gave up on it: its charged buckets only. */
+  private refundLate(charges: readonly BucketCharge[], row: AdmitRow): void {
+    const values = refundValues(charges, row.window_ends)
+    if (values === null) return
     this.track(
-      this.pool.query(REFUND_SQL, [charges.map((c) => c.key), charges.map((c) => c.cost), row.window_ends]).then(
+      this.pool.query(REFUND_SQL, values).then(
         () => this.onRefunded?.(),
         (err: unknown) =>
           this.warn?.warn('budget-refund', 'could not refund a budget check that was admitted after the gateway stopped waiting', {
@@ -220,6 +269,25 @@ export class PostgresBudgetStore implements BudgetStore {
     )
   }
 
+  private async refundWithin(values: unknown[], timeoutMs: number): Promise<void> {
+    const deadline = performance.now() + Math.max(1, timeoutMs)
+    const client = await this.connect(deadline)
+    const remaining = Math.floor(deadline - performance.now())
+    if (remaining <= 0) {
+      client.release()
+      throw new Error(`no budget refund within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
+    }
+    try {
+      await client.query({ text: REFUND_SQL, values, query_timeout: remaining } as QueryConfig)
+    } catch (err) {
+      // As in admit: only an error the server sent leaves the connection fit for the next query.
+      client.release(isServerError(err as Error) ? undefined : (err as Error))
+      throw err
+    }
+    client.release()
+  }
+
+  /** `work` must not reject: close() waits for it with Promise.all. */
   private track(work: Promise<void>): void {
     const done: Promise<void> = work.finally(() => this.lateWork.delete(done))
     this.lateWork.add(done)
@@ -246,16 +314,21 @@ export class PostgresBudgetStore implements BudgetStore {
     const limits = new Array<number>(n)
     const windows = new Array<number>(n)
     const costs = new Array<number>(n)
+    const charged = new Array<boolean>(n)
     for (let i = 0; i < n; i++) {
       const c = charges[i]
       keys[i] = c.key
       limits[i] = c.limit
       windows[i] = c.windowSeconds
-      costs[i] = c.cost
+      // A cost above the limit is refused whatever the count; clamped so that count + cost never
+      // overflows the integer columns (a batch of 10,000 calls at cost 1,000,000 would, and the
+      // error would fail the check open).
+      costs[i] = Math.min(c.cost, c.limit + 1)
+      charged[i] = c.charged
     }
     const serverMs = Math.max(1, remainingMs - SERVER_MARGIN_MS)
     const serverDeadline = this.dbOffsetMs === null ? null : deadlineLocalMs - SERVER_MARGIN_MS + this.dbOffsetMs
-    const values: unknown[] = [keys, limits, windows, costs, serverMs, serverDeadline, this.synchronousCommit]
+    const values: unknown[] = [keys, limits, windows, costs, charged, serverMs, serverDeadline, this.synchronousCommit]
     if (this.clock !== null) values.push(this.clock())
     return {
       // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
@@ -284,7 +357,10 @@ function toResult(charges: readonly BucketCharge[], row: AdmitRow): AdmitResult 
       limit: c.limit,
       windowSeconds: c.windowSeconds,
       remaining: Math.max(0, c.limit - row.used[i]),
-      resetSeconds: Math.max(0, row.reset_seconds[i]),
+      // Never more than the window: a check that took its lock sooner after arrival than the one that
+      // opened the window would otherwise announce a few µs past it, and Retry-After would say 61 s.
+      resetSeconds: Math.min(c.windowSeconds, Math.max(0, row.reset_seconds[i])),
+      window: row.window_ends[i] ?? null,
     }
   }
   return { admitted: row.refused_by < 0, buckets, refusedBy: row.refused_by }

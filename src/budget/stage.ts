@@ -1,13 +1,15 @@
-import type { BucketLimit, BudgetConfig } from '../config/types'
+import type { BudgetConfig } from '../config/types'
 import { withDeadline } from '../deadline'
 import { WardlineError, describeError } from '../errors'
 import { type Logger, RateLimitedLog } from '../log'
 import type { Metrics } from '../metrics'
-import type { Exchange } from '../pipeline/exchange'
-import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import type { Exchange, RpcCall } from '../pipeline/exchange'
+import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
+import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
-import { identityKey, tenantKey, toolKey } from './keys'
-import type { AdmitResult, BucketCharge, BucketKind, BucketState, BudgetStore } from './store'
+import { identityKey } from './keys'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
 
 export interface BudgetStageOptions {
   /** Wall clock (ms) for the fail-open count; tests inject one. */
@@ -26,22 +28,30 @@ export interface BudgetStage extends Stage {
   failOpensLastMinute(): number
 }
 
-/** A bucket listed in the config, with everything the hot path needs computed at load time. */
-interface ListedBucket {
-  readonly key: string
-  readonly kind: BucketKind
-  readonly name: string
-  readonly limit: number
-  readonly windowSeconds: number
-  /** Its `RateLimit-Policy` item. */
-  readonly policyItem: string
+/** A charge with the window it counts against, so headers and reasons need no second lookup. */
+interface Charge extends BucketCharge {
+  readonly spec: WindowSpec
+}
+
+/** What an admitted call was charged, kept on the Exchange until the upstream's outcome is known. */
+class Receipt {
+  constructor(
+    readonly charges: readonly Charge[],
+    readonly result: AdmitResult,
+  ) {}
 }
 
 /**
- * Budgets `tools/call` (DESIGN.md, "Budget semantics"): every call, and every `tools/call` element
- * of a batch, is charged to the tool bucket (tools listed under budget.tools), the tenant bucket
- * (tenants listed under budget.tenants) and the caller's identity bucket, checked in that order and
- * charged all together or not at all. Runs after authentication and parsing, before policy.
+ * Budgets `tools/call` (DESIGN.md, "Budget semantics"). Every call, and every `tools/call` element of
+ * a batch, needs its cost (budget.tools.<tool>.cost, default 1) from every window of every tier that
+ * applies, checked in the order repeat → tool → tenant → identity and charged all together or not at
+ * all:
+ *  - a call policy denies (`ex.denial`, set by the policy stage just before) is checked against every
+ *    tier but charged to the caller's own identity bucket only, so a caller probing forbidden tools is
+ *    throttled without using up what a tool or tenant shares with others;
+ *  - an admitted call the upstream never served (unreachable, no answer in time, 429 or 503, the call
+ *    never sent) is refunded in the answer phase, in the windows it was charged to.
+ * Runs after authentication, parsing and the policy's judgement, before the policy's answer.
  */
 export function budgetStage(
   store: BudgetStore,
@@ -50,9 +60,7 @@ export function budgetStage(
   log: Logger,
   options: BudgetStageOptions = {},
 ): BudgetStage {
-  const tools = listed('tool', config.tools, toolKey)
-  const tenants = listed('tenant', config.tenants, tenantKey)
-  const identityPolicyItem = policyItem('identity', config)
+  const plan = budgetPlan(config)
   const timeoutMs = config.checkTimeoutSeconds * 1000
   // The overall bound on one check, whatever the store does inside: a store that hangs fails open (or
   // closed) on time instead of holding the call until the client gives up.
@@ -73,11 +81,22 @@ export function budgetStage(
     return CONTINUE
   }
 
+  const refund = (receipt: Receipt): void => {
+    store.refund(receipt.charges, receipt.result, timeoutMs).then(
+      () => metrics.budgetRefunds.labels('unserved').inc(),
+      (err: unknown) => {
+        metrics.budgetRefundFailures.inc()
+        warnings.warn('budget-refund', 'could not refund a call the MCP server never served', { error: describeError(err) })
+      },
+    )
+  }
+
   return {
     name: 'budget',
+    answers: { methods: ['tools/call'], reads: 'outcome' },
     failOpensLastMinute: () => failOpens.count(),
     async run(ex: Exchange): Promise<Verdict> {
-      const charges = chargesFor(ex, tools, tenants, config, identityPolicyItem)
+      const charges = chargesFor(ex, plan)
       if (charges === null) return CONTINUE
       let result: AdmitResult
       try {
@@ -85,79 +104,116 @@ export function budgetStage(
       } catch (err) {
         return failed(ex, err)
       }
-      if (!result.admitted) return throttled(result, charges)
+      if (!result.admitted) return throttled(result, charges, plan, ex.batch)
+      // A denied call is answered next and never forwarded: nothing of it is ever refunded.
+      if (ex.denial !== null) return CONTINUE
+      ex.budgetCharge = new Receipt(charges, result)
       const headers = rateLimitFields(result.buckets, charges)
       if (ex.responseHeaders === null) ex.responseHeaders = headers
       else Object.assign(ex.responseHeaders, headers)
       return CONTINUE
     },
+    onOutcome(ex: Exchange, outcome: Outcome): void {
+      const receipt = ex.budgetCharge as Receipt | null
+      if (receipt === null) return
+      const why = unserved(outcome)
+      if (why === null) return
+      ex.budgetCharge = null
+      ex.reason = ex.reason === '' ? `budget refunded: ${why}` : `${ex.reason}; budget refunded: ${why}`
+      // The MCP server's refusal goes back to the client: its RateLimit fields count the refund.
+      if (outcome.status !== 0 && ex.responseHeaders !== null) {
+        Object.assign(ex.responseHeaders, rateLimitFields(receipt.result.buckets, receipt.charges, -1, true))
+      }
+      refund(receipt)
+    },
   }
 }
 
-/** A charge with its policy item, so the response fields need no second lookup. */
-interface Charge extends BucketCharge {
-  readonly policyItem: string
+/**
+ * Why an admitted call counts as never served, or null when the MCP server may have run it. A client
+ * that left after the call was sent is not refunded: the server may be running it.
+ */
+function unserved(outcome: Outcome): string | null {
+  if (outcome.status === 429 || outcome.status === 503) return `the MCP server answered ${outcome.status}`
+  if (outcome.status !== 0) return null
+  if (!outcome.sent) return 'the call never left the gateway'
+  return outcome.failure === null ? null : `no answer from the MCP server (${outcome.failure.code})`
 }
 
-/** The buckets this request must clear, in check order (tool → tenant → identity), or null when it has no tools/call. */
-function chargesFor(
-  ex: Exchange,
-  tools: ReadonlyMap<string, ListedBucket>,
-  tenants: ReadonlyMap<string, ListedBucket>,
-  identityLimit: BucketLimit,
-  identityPolicyItem: string,
-): Charge[] | null {
-  const charges: Charge[] = []
-  let calls = 0
-  for (const call of ex.calls) {
-    if (call.method !== 'tools/call') continue
-    calls++
-    const tool = tools.get(call.target)
-    if (tool === undefined) continue
-    // A batch may call one listed tool several times: one charge per bucket, its cost summed.
-    let i = 0
-    while (i < charges.length && charges[i].key !== tool.key) i++
-    if (i < charges.length) charges[i] = { ...charges[i], cost: charges[i].cost + 1 }
-    else charges.push(charge(tool, 1))
-  }
-  if (calls === 0) return null
+/**
+ * The windows this request must clear, in check order (repeat → tool → tenant → identity), or null when
+ * it has no tools/call. A batch sums its calls' costs per bucket.
+ */
+function chargesFor(ex: Exchange, plan: BudgetPlan): Charge[] | null {
+  const shared = ex.denial === null // a denied call is checked everywhere but charged to its caller only
   const identity = ex.principal?.identity ?? ''
   const tenantName = ex.principal?.tenant ?? ''
-  const tenant = tenants.get(tenantName)
-  if (tenant !== undefined) charges.push(charge(tenant, calls))
-  charges.push({
-    key: identityKey(tenantName, identity),
-    kind: 'identity',
-    name: identity,
-    limit: identityLimit.requestsPerWindow,
-    windowSeconds: identityLimit.windowSeconds,
-    cost: calls,
-    policyItem: identityPolicyItem,
-  })
-  return charges
+  const charges: Charge[] = []
+  let repeats: Charge[] | null = null
+  let units = 0
+  const calls = ex.calls
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]
+    if (call.method !== 'tools/call') continue
+    const tool = plan.tools.get(call.target)
+    const cost = tool === undefined ? 1 : tool.cost
+    units += cost
+    if (plan.repeat !== null)
+      add((repeats ??= []), repeatKey(ex, call, tenantName, identity, plan.repeat), plan.repeat, call.target, 1, shared)
+    if (tool !== undefined) for (const w of tool.windows) add(charges, w.key, w, w.name, cost, shared)
+  }
+  if (units === 0) return null
+  const tenant = plan.tenants.get(tenantName)
+  if (tenant !== undefined) for (const w of tenant) add(charges, w.key, w, w.name, units, shared)
+  const base = identityKey(tenantName, identity).slice(0, -1)
+  for (const w of plan.identity) add(charges, base + w.keySuffix, w, identity, units, true)
+  return repeats === null ? charges : repeats.concat(charges)
 }
 
-function charge(b: ListedBucket, cost: number): Charge {
-  return { key: b.key, kind: b.kind, name: b.name, limit: b.limit, windowSeconds: b.windowSeconds, cost, policyItem: b.policyItem }
+/** Adds `cost` to the charge for `key`, or a new charge: one charge per bucket, whatever a batch holds. */
+function add(charges: Charge[], key: string, spec: WindowSpec, name: string, cost: number, charged: boolean): void {
+  for (let i = 0; i < charges.length; i++) {
+    if (charges[i].key === key) {
+      charges[i] = { ...charges[i], cost: charges[i].cost + cost }
+      return
+    }
+  }
+  charges.push({ key, kind: spec.kind, name, limit: spec.limit, windowSeconds: spec.windowSeconds, cost, charged, spec })
 }
 
-function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
+/**
+ * One identity, one call (tool and canonical arguments, hashed: call-fingerprint.ts), one window length.
+ * Identity and tenant are at most MAX_PRINCIPAL_BYTES each, so the key stays small whatever the call holds.
+ */
+function repeatKey(ex: Exchange, call: RpcCall, tenant: string, identity: string, spec: WindowSpec): string {
+  const fingerprint = callFingerprint(call.target, ex.body as Buffer, call.argumentsStart, call.argumentsEnd)
+  return JSON.stringify(['repeat', tenant, identity, fingerprint]).slice(0, -1) + spec.keySuffix
+}
+
+function throttled(result: AdmitResult, charges: readonly Charge[], plan: BudgetPlan, batch: boolean): Refusal {
   const by = result.buckets[result.refusedBy]
-  const cost = charges[result.refusedBy].cost
-  // A batch that can never fit gets a whole window, not the rest of this one: retrying sooner cannot help.
-  const retryAfter = wholeSeconds(cost > by.limit ? by.windowSeconds : by.resetSeconds)
+  const charge = charges[result.refusedBy]
+  const spec = charge.spec
+  // More than a whole window allows can never be admitted, however long it waits: the Retry-After every
+  // 429 carries cannot help it (it gets a whole window, not the rest of this one), so the audit says so.
+  const never = charge.cost > by.limit
+  const retryAfter = wholeSeconds(never ? by.windowSeconds : by.resetSeconds)
+  const unit = plan.weighted ? 'units' : 'requests'
+  let reason: string
+  if (spec.kind === 'repeat') {
+    reason = `repeated call: ${JSON.stringify(charge.name)} with the same arguments more than ${by.limit} times in ${by.windowSeconds}s (budget.repeat_limit)`
+  } else if (never) {
+    reason = `rate limit exceeded: ${batch ? 'batch' : 'call'} needs ${charge.cost} ${unit} from the ${spec.label} bucket, which allows ${by.limit} per ${by.windowSeconds}s window: it can never be admitted whole`
+  } else {
+    reason = `rate limit exceeded: ${spec.label} bucket, ${by.limit} ${unit} per ${by.windowSeconds}s window`
+  }
   return {
     status: 429,
     decision: 'throttled',
-    // A batch needing more than a whole window allows can never be admitted, however long it waits:
-    // the Retry-After every 429 carries cannot help it, so the audit says the batch must be split.
-    reason:
-      cost > by.limit
-        ? `rate limit exceeded: batch needs ${cost} requests from the ${by.kind} bucket, which allows ${by.limit} per ${by.windowSeconds}s window: it can never be admitted whole`
-        : `rate limit exceeded: ${by.kind} bucket, ${by.limit} requests per ${by.windowSeconds}s window`,
+    reason,
     message: 'Rate limit exceeded',
-    // Only the caller's own wait and which kind of bucket refused: never another caller's counts.
-    data: { retry_after_seconds: retryAfter, bucket: by.kind },
+    // Only the caller's own wait and which bucket refused: never another caller's counts.
+    data: { retry_after_seconds: retryAfter, bucket: spec.label },
     headers: {
       'retry-after': String(retryAfter),
       // A 429 is about this caller at this moment: no cache may replay it to anyone else.
@@ -168,37 +224,59 @@ function throttled(result: AdmitResult, charges: readonly Charge[]): Refusal {
 }
 
 /**
- * `RateLimit-Policy` and `RateLimit` as in draft-ietf-httpapi-ratelimit-headers: one item per bucket
- * that applies, named by its kind; q = limit, w = window, r = remaining, t = seconds to reset. Item
- * names must be unique, so a batch calling several listed tools gets the tightest tool bucket only.
+ * `RateLimit-Policy` and `RateLimit` as in draft-ietf-httpapi-ratelimit-headers: one item per window
+ * that applies, named by its label (window-spec); q = limit, w = window, r = remaining, t = seconds to
+ * reset, all in units. Item names must be unique, so a batch calling several listed tools gets, per
+ * label, the tool window that refused or else the tightest. The loop breaker's window appears only on
+ * the 429 it caused. `refunded`: the counts as they are after the call's refund.
  */
-function rateLimitFields(buckets: readonly BucketState[], charges: readonly Charge[], refusedBy = -1): Record<string, string> {
-  // On a 429 the tool item is the bucket that refused, so RateLimit and Retry-After tell one story.
-  const tool = refusedBy >= 0 && buckets[refusedBy].kind === 'tool' ? refusedBy : tightestTool(buckets)
+function rateLimitFields(
+  buckets: readonly BucketState[],
+  charges: readonly Charge[],
+  refusedBy = -1,
+  refunded = false,
+): Record<string, string> {
   let policy = ''
   let state = ''
   for (let i = 0; i < buckets.length; i++) {
-    const b = buckets[i]
-    if (b.kind === 'tool' && i !== tool) continue
+    const spec = charges[i].spec
+    if (spec.kind === 'repeat' && i !== refusedBy) continue
+    if (spec.kind === 'tool' && shownToolWindow(buckets, charges, spec.label, refusedBy, refunded) !== i) continue
     const sep = policy === '' ? '' : ', '
-    policy += sep + charges[i].policyItem
-    state += `${sep}"${b.kind}";r=${b.remaining};t=${wholeSeconds(b.resetSeconds)}`
+    policy += sep + spec.policyItem
+    state += `${sep}"${spec.label}";r=${remainingOf(buckets, charges, i, refunded)};t=${wholeSeconds(buckets[i].resetSeconds)}`
   }
   return { 'ratelimit-policy': policy, ratelimit: state }
 }
 
-/** Index of the tool bucket with the fewest requests left (the sooner reset on a tie), or -1. */
-function tightestTool(buckets: readonly BucketState[]): number {
+/** Units left in window i, or after the call's refund when `refunded`. */
+function remainingOf(buckets: readonly BucketState[], charges: readonly Charge[], i: number, refunded: boolean): number {
+  const b = buckets[i]
+  return refunded && charges[i].charged ? Math.min(b.limit, b.remaining + charges[i].cost) : b.remaining
+}
+
+/**
+ * Of the tool windows with this label, the one a response shows: the one that refused, else the one
+ * with the fewest units left (the sooner reset on a tie). A check has a handful of charges.
+ */
+function shownToolWindow(
+  buckets: readonly BucketState[],
+  charges: readonly Charge[],
+  label: string,
+  refusedBy: number,
+  refunded: boolean,
+): number {
+  if (refusedBy >= 0 && charges[refusedBy].spec.kind === 'tool' && charges[refusedBy].spec.label === label) return refusedBy
   let best = -1
+  let bestLeft = 0
   for (let i = 0; i < buckets.length; i++) {
-    const b = buckets[i]
-    if (b.kind !== 'tool') continue
-    if (
-      best < 0 ||
-      b.remaining < buckets[best].remaining ||
-      (b.remaining === buckets[best].remaining && b.resetSeconds < buckets[best].resetSeconds)
-    )
+    const spec = charges[i].spec
+    if (spec.kind !== 'tool' || spec.label !== label) continue
+    const left = remainingOf(buckets, charges, i, refunded)
+    if (best < 0 || left < bestLeft || (left === bestLeft && buckets[i].resetSeconds < buckets[best].resetSeconds)) {
       best = i
+      bestLeft = left
+    }
   }
   return best
 }
@@ -206,24 +284,4 @@ function tightestTool(buckets: readonly BucketState[]): number {
 /** Whole seconds, rounded up and at least 1: a client that waits this long finds the window reset. */
 function wholeSeconds(seconds: number): number {
   return Math.max(1, Math.ceil(seconds))
-}
-
-function policyItem(kind: BucketKind, limit: BucketLimit): string {
-  // The draft's w is an integer: a fractional window (tests, demos) is announced rounded up.
-  return `"${kind}";q=${limit.requestsPerWindow};w=${wholeSeconds(limit.windowSeconds)}`
-}
-
-function listed(kind: BucketKind, limits: Readonly<Record<string, BucketLimit>>, key: (name: string) => string): Map<string, ListedBucket> {
-  const out = new Map<string, ListedBucket>()
-  for (const [name, limit] of Object.entries(limits)) {
-    out.set(name, {
-      key: key(name),
-      kind,
-      name,
-      limit: limit.requestsPerWindow,
-      windowSeconds: limit.windowSeconds,
-      policyItem: policyItem(kind, limit),
-    })
-  }
-  return out
 }

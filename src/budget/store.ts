@@ -1,5 +1,8 @@
-/** Which kind of bucket: checked in this order, the first full one refuses (DESIGN.md). */
-export type BucketKind = 'tool' | 'tenant' | 'identity'
+/**
+ * Which kind of bucket: checked in this order, the first full one refuses (DESIGN.md). `repeat` is the
+ * loop breaker: one identity calling one tool with the same arguments (budget.repeat_limit).
+ */
+export type BucketKind = 'repeat' | 'tool' | 'tenant' | 'identity'
 
 /** One bucket a request must clear, and how much the request takes from it. */
 export interface BucketCharge {
@@ -10,9 +13,20 @@ export interface BucketCharge {
   readonly name: string
   readonly limit: number
   readonly windowSeconds: number
-  /** Requests this check adds (a batch with three tools/call charges the identity bucket 3). */
+  /** Units this check needs from the bucket (a batch of three calls at cost 1 needs 3 from the identity bucket). */
   readonly cost: number
+  /**
+   * True: an admitted check adds `cost` to the bucket. False: the bucket is checked only (the call must
+   * fit, as if it were charged) and keeps its count: a policy-denied call's shared buckets (DESIGN.md).
+   */
+  readonly charged: boolean
 }
+
+/**
+ * Which window of a bucket a count belongs to, as the store tells them apart (a refund takes back only
+ * from the window it charged); null when the bucket has no open window. Opaque to everything but the store.
+ */
+export type WindowId = number | string | null
 
 /** A bucket as seen after the decision. */
 export interface BucketState {
@@ -24,6 +38,8 @@ export interface BucketState {
   readonly remaining: number
   /** Seconds until the bucket's current window ends (its count resets). */
   readonly resetSeconds: number
+  /** The window the bucket's count is in after this decision (what `refund` takes back from). */
+  readonly window: WindowId
 }
 
 export interface AdmitResult {
@@ -55,5 +71,12 @@ export interface BudgetStore {
    * may change): a store that can wait gives up by then, and a check it gave up on never charges later.
    */
   admit(charges: readonly BucketCharge[], timeoutMs?: number): Promise<AdmitResult>
+  /**
+   * Takes back what an admitted check charged (its `charged` buckets, `cost` each), from the windows
+   * `result` names: a bucket whose window has ended since keeps its new window's count. Used when the
+   * upstream never served the call. Rejects on a store failure; a store that can wait bounds it by
+   * `timeoutMs`. close() waits for refunds still running.
+   */
+  refund(charges: readonly BucketCharge[], result: AdmitResult, timeoutMs?: number): Promise<void>
   close(): Promise<void>
 }

@@ -108,16 +108,35 @@ export interface JwtConfig {
   readonly cacheEntries: number
 }
 
+/** One window of a bucket: at most requestsPerWindow units in windowSeconds. */
 export interface BucketLimit {
   readonly requestsPerWindow: number
   readonly windowSeconds: number
 }
 
-export interface BudgetConfig extends BucketLimit {
+/** A tool listed under budget.tools. */
+export interface ToolBudget {
+  /** The windows of the tool's own bucket, shared by every caller; empty when the tool only has a cost. */
+  readonly limits: readonly BucketLimit[]
+  /** Units one call of this tool charges to every tier it passes (budget.tools.<tool>.cost). */
+  readonly cost: number
+}
+
+/** The loop breaker (budget.repeat_limit): one identity, one tool, the same arguments. */
+export interface RepeatLimit {
+  readonly calls: number
+  readonly windowSeconds: number
+}
+
+export interface BudgetConfig {
   /** True when the file has a budget: block (startup says it is ignored while the feature is off). */
   readonly configured: boolean
-  readonly tenants: Readonly<Record<string, BucketLimit>>
-  readonly tools: Readonly<Record<string, BucketLimit>>
+  /** The windows of every identity's bucket (one or more, distinct lengths). */
+  readonly limits: readonly BucketLimit[]
+  readonly tenants: Readonly<Record<string, readonly BucketLimit[]>>
+  readonly tools: Readonly<Record<string, ToolBudget>>
+  /** Null: no loop breaker. */
+  readonly repeatLimit: RepeatLimit | null
   /** Bound on one store check, start to verdict (Postgres). */
   readonly checkTimeoutSeconds: number
   readonly onStoreError: 'open' | 'closed'

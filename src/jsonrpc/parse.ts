@@ -149,7 +149,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
     if (idMember === undefined || (member(members, 'result') === undefined && member(members, 'error') === undefined)) {
       return 'message has neither a method nor a result or error'
     }
-    return { id, method: '', target: '', gated: false, reason: '' }
+    return { id, method: '', target: '', gated: false, reason: '', argumentsStart: -1, argumentsEnd: -1 }
   }
   const method = text(body, methodMember)
   if (method === undefined || method === '') return 'method must be a non-empty string'
@@ -159,9 +159,9 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
     return 'params must be an object or an array'
   if (method === 'completion/complete') {
     const problem = completionProblem(body, message)
-    return problem ?? { id, method, target: '', gated: false, reason: '' }
+    return problem ?? { id, method, target: '', gated: false, reason: '', argumentsStart: -1, argumentsEnd: -1 }
   }
-  if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '' }
+  if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '', argumentsStart: -1, argumentsEnd: -1 }
   const params = message.params
   if (message.overflow === 'params') return `params has more than ${MAX_MEMBERS} members`
   if (params !== null) {
@@ -171,7 +171,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (method === 'tools/call') {
     const name = text(body, member(params, 'name'))
     if (name === undefined || name === '') return 'tools/call needs params.name as a non-empty string'
-    return gatedCall(id, method, name)
+    return gatedCall(id, method, name, member(params, 'arguments'))
   }
   // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
   // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name. A
@@ -207,9 +207,9 @@ function completionProblem(body: Buffer, message: ScannedMessage): string | null
   return null
 }
 
-function gatedCall(id: JsonRpcId | undefined, method: string, target: string): RpcCall | string {
+function gatedCall(id: JsonRpcId | undefined, method: string, target: string, args?: Member): RpcCall | string {
   if (hasControlCharacters(target)) return `${method} target contains control characters`
-  return { id, method, target, gated: true, reason: '' }
+  return { id, method, target, gated: true, reason: '', argumentsStart: args?.start ?? -1, argumentsEnd: args?.end ?? -1 }
 }
 
 /** The id to echo when a single message was refused, if it could be read. */

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Stage } from './stage'
+import type { Refusal, Stage } from './stage'
 
 export const DECISIONS = ['allow', 'deny', 'throttled', 'passthrough', 'error', 'unauthorized'] as const
 export type Decision = (typeof DECISIONS)[number]
@@ -36,6 +36,9 @@ export interface RpcCall {
   readonly gated: boolean
   /** Why this element was refused, when a stage singled it out (policy rule index). */
   reason: string
+  /** tools/call: where params.arguments lies in the body, bytes [argumentsStart, argumentsEnd); -1 when absent. */
+  readonly argumentsStart: number
+  readonly argumentsEnd: number
 }
 
 /**
@@ -55,6 +58,13 @@ export class Exchange {
   /** For operators (audit); never sent to the caller. An ordinary allow keeps it empty. */
   reason = ''
   status = 0
+  /**
+   * Set by the policy stage when policy denies this request. The refusal itself is answered after the
+   * budget stage (DESIGN.md: budget before policy), which charges a denied call to the caller only.
+   */
+  denial: Refusal | null = null
+  /** What the budget stage charged an admitted call, kept for a refund if the upstream never serves it (budget/stage.ts). */
+  budgetCharge: object | null = null
   /** Headers a stage wants on the forwarded response (RateLimit fields on an admitted call). */
   responseHeaders: Record<string, string> | null = null
   /** Set when the gateway gave up on the response (client gone, upstream stream broke). */

@@ -10,9 +10,11 @@ function forbidden(reason: string): Refusal {
 }
 
 /**
- * Allows or denies every gated call (tools/call, resources/*, prompts/*) by identity, tenant, method
- * and target; anything else passes untouched. Runs after the budget stage (DESIGN.md: a flood is
- * refused at the cheapest point), so a denied call has already been counted against its budget.
+ * Judges every gated call (tools/call, resources/*, prompts/*) by identity, tenant, method and target;
+ * anything else passes untouched. It runs before the budget stage and only records its verdict
+ * (`ex.denial`): the budget stage needs it to charge a denied call to the caller's own identity bucket
+ * and no shared one, and a call over budget must still get 429 rather than 403 (DESIGN.md: budget
+ * before policy). policyVerdictStage, after the budget stage, answers the denial.
  *
  * A denied call gets 403 with JSON-RPC code 403 and never reaches the upstream. A batch with any
  * denied element is refused whole: forwarding part of a batch would answer some ids and not others.
@@ -43,9 +45,14 @@ export function policyStage(policy: CompiledPolicy): Stage {
           refusal = denial
         }
       }
-      if (refusal === null) return CONTINUE
-      if (!ex.batch) return refusal
-      return forbidden(`batch refused: element ${firstDenied} denied by ${refusal.reason}`)
+      if (refusal !== null) ex.denial = ex.batch ? forbidden(`batch refused: element ${firstDenied} denied by ${refusal.reason}`) : refusal
+      return CONTINUE
     },
   }
+}
+
+/** Answers what the policy stage denied; placed after the budget stage, so a call over budget gets 429 first. */
+export const policyVerdictStage: Stage = {
+  name: 'policy-verdict',
+  run: (ex: Exchange) => ex.denial ?? CONTINUE,
 }

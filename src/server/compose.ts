@@ -12,6 +12,7 @@ import { type Authenticator, authStage } from '../auth/stage'
 import { FailOpenWindow } from '../budget/fail-open-window'
 import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
+import { restartedBuckets } from '../budget/buckets'
 import { budgetStage } from '../budget/stage'
 import type { BudgetStore } from '../budget/store'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
@@ -26,7 +27,7 @@ import { Metrics } from '../metrics'
 import type { ReadinessCheck } from '../readiness'
 import type { Stage } from '../pipeline/stage'
 import { compilePolicy } from '../policy/compile'
-import { policyStage } from '../policy/stage'
+import { policyStage, policyVerdictStage } from '../policy/stage'
 import { migrate } from '../postgres/migrate'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
@@ -129,6 +130,7 @@ async function wire(
   let current = config
   const applyReload = (next: Config): string[] => {
     const restartNeeded = keysNeedingRestart(current, next)
+    const restarted = store === null ? [] : restartedBuckets(current.budget, next.budget)
     current = { ...current, budget: next.budget, policy: next.policy }
     gateway.replaceStages(stages.build(current))
     audit.reopen()
@@ -136,6 +138,8 @@ async function wire(
       restart_needed_for: restartNeeded,
     })
     if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })
+    if (restarted.length > 0)
+      log.warn('budget windows whose length changed start counting afresh; the rest keep their counts', { buckets: restarted })
     return restartNeeded
   }
   const routes = localRoutes({
@@ -183,7 +187,10 @@ function stageChain(config: Config, parts: StageParts): StageChain {
   return {
     build(cfg) {
       const budget = store === null ? [] : [budgetStage(store, cfg.budget, metrics, log, budgetFailures)]
-      return [...leading, ...budget, ...policyStages(cfg, log)] // budget before policy (DESIGN.md)
+      const policy = policyStages(cfg, log)
+      // Policy judges first, so the budget stage knows a denied call (it charges only the caller's own
+      // bucket), and its verdict is answered after the budget: a call over budget gets 429 (DESIGN.md).
+      return [...leading, ...policy, ...budget, ...(policy.length === 0 ? [] : [policyVerdictStage])]
     },
     failOpensLastMinute: () => budgetFailures.failOpens.count(),
   }
@@ -261,7 +268,7 @@ async function openAuthenticator(config: Config, log: Logger): Promise<Authentic
   return JwtAuthenticator.open(config.auth.jwt, log)
 }
 
-/** Policy goes last (DESIGN.md: budget before policy). No policy: no stage, and a notice that nothing is gated. */
+/** The policy stage (its verdict is answered after the budget stage). No policy: no stage, and a notice that nothing is gated. */
 function policyStages(config: Config, log: Logger): Stage[] {
   const policy = config.policy
   if (policy === null) {
@@ -304,7 +311,7 @@ async function openPostgresBudget(pool: Pool, config: Config, metrics: Metrics, 
   const store = new PostgresBudgetStore(pool, {
     checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000,
     log,
-    onRefunded: () => metrics.budgetRefunds.inc(),
+    onRefunded: () => metrics.budgetRefunds.labels('late_verdict').inc(),
   })
   await store.calibrate()
   const reaper = new BudgetReaper(pool, log)

@@ -96,7 +96,9 @@ export class Gateway {
     ex.status = status
     // The code leads the reason once; describeError(err) would repeat it after the message.
     const cause = err instanceof Error && err.cause !== undefined ? `: ${describeError(err.cause)}` : ''
-    ex.reason = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
+    const failure = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
+    // What the request's reason already says stays after it (a budget check that failed open, a refund).
+    ex.reason = ex.reason === '' ? failure : `${failure}; ${ex.reason}`
     if (!known)
       this.log.error('unexpected error while handling a request', {
         request_id: ex.requestId,

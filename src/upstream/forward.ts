@@ -285,7 +285,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   private readonly onClientClose = (): void => {
     if (this.settled || this.ex.res.writableFinished) return
     clientLeft(this.ex)
-    if (!this.started) reportOutcome(this.ex, { status: 0, failure: null, sent: true })
+    // undici calls onRequestStart just before it writes the request to a connection: without a
+    // controller the request was still queued for one, and the upstream never saw it.
+    if (!this.started) reportOutcome(this.ex, { status: 0, failure: null, sent: this.controller !== null })
     this.controller?.abort(new Error('client closed the connection'))
     this.finish()
   }

@@ -40,6 +40,8 @@ export interface BudgetHarness {
   readonly url: string
   readonly advance: (seconds: number) => void
   readonly logs: ReturnType<typeof capturingLogger>['lines']
+  /** Reloads with this budget (and the harness's other keys), as SIGHUP would; returns the keys needing a restart. */
+  reload(budget: Record<string, unknown>): string[]
   audit(): Promise<AuditEntry[]>
   /** POSTs a JSON-RPC body to /mcp as (identity, tenant). */
   post(body: unknown, identity?: string, tenant?: string): Promise<Reply>
@@ -62,8 +64,11 @@ export async function startBudgetHarness(
   options: {
     budget?: Record<string, unknown>
     features?: Record<string, unknown>
-    store?: BudgetStore
+    /** The store to count in, or a maker given the harness's manual clock (ms) to judge windows on. */
+    store?: BudgetStore | ((now: () => number) => BudgetStore)
     mode?: ExampleMode
+    /** More top-level config keys (a policy, say). */
+    config?: Record<string, unknown>
   } = {},
 ): Promise<BudgetHarness> {
   const upstream = await startExampleServer({ mode: options.mode ?? 'stateless-json' })
@@ -77,16 +82,19 @@ export async function startBudgetHarness(
     features: options.features ?? { budget_enforcement: true },
   }
   if (options.budget !== undefined) tree.budget = options.budget
+  Object.assign(tree, options.config)
   const config = configFrom(tree, {}, dir)
   const clock = manualClock()
   const { log, lines } = capturingLogger()
-  const gateway = await startGateway(config, { log, budgetStore: options.store ?? new MemoryBudgetStore({ now: clock.now }) })
+  const store = typeof options.store === 'function' ? options.store(clock.now) : options.store
+  const gateway = await startGateway(config, { log, budgetStore: store ?? new MemoryBudgetStore({ now: clock.now }) })
   return {
     gateway,
     upstream,
     url: gateway.url,
     advance: clock.advance,
     logs: lines,
+    reload: (budget) => gateway.reload(configFrom({ ...tree, budget }, {}, dir)),
     audit: async () => {
       await gateway.audit.flush()
       return readJsonl(auditFile)

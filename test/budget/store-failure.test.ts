@@ -15,12 +15,18 @@ class BrokenStore implements BudgetStore {
     this.checks++
     return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
   }
+  refund(): Promise<void> {
+    return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+  }
   async close(): Promise<void> {}
 }
 
 /** A store whose database stopped answering: checks never settle. */
 class HungStore implements BudgetStore {
   admit(): Promise<AdmitResult> {
+    return new Promise(() => undefined)
+  }
+  refund(): Promise<void> {
     return new Promise(() => undefined)
   }
   async close(): Promise<void> {}
@@ -141,8 +147,14 @@ class GatedStore implements BudgetStore {
         windowSeconds: c.windowSeconds,
         remaining: c.limit - c.cost,
         resetSeconds: c.windowSeconds,
+        window: 1,
       })),
     }
+  }
+  refunds = 0
+  refund(): Promise<void> {
+    this.refunds++
+    return Promise.resolve()
   }
   async close(): Promise<void> {}
 }
@@ -171,5 +183,11 @@ test('a client that leaves while its budget check runs is audited 499, not as an
   })
   expect(store.finished).toBe(1)
   expect(h.upstream.seen.length).toBe(before)
-  expect(entry).toMatchObject({ method: 'tools/call', status: 499, reason: 'client closed the connection' })
+  // It never left the gateway, so what its check charged is given back.
+  expect(entry).toMatchObject({
+    method: 'tools/call',
+    status: 499,
+    reason: 'client closed the connection; budget refunded: the call never left the gateway',
+  })
+  expect(store.refunds).toBe(1)
 })

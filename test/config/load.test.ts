@@ -104,7 +104,7 @@ describe('configuration loading', () => {
       { env: {}, baseDir: '/srv' },
     )
     expect(Object.keys(config.budget?.tenants ?? {})).toEqual(['__proto__'])
-    expect(Object.getOwnPropertyDescriptor(config.budget?.tenants, '__proto__')?.value).toMatchObject({ requestsPerWindow: 1 })
+    expect(Object.getOwnPropertyDescriptor(config.budget?.tenants, '__proto__')?.value).toMatchObject([{ requestsPerWindow: 1 }])
   })
 
   test('malformed YAML is one clear problem', () => {

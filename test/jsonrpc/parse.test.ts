@@ -10,8 +10,12 @@ describe('parsing JSON-RPC bodies', () => {
     expect(parse({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'echo', arguments: {} } })).toEqual({
       ok: true,
       batch: false,
-      calls: [{ id: 7, method: 'tools/call', target: 'echo', gated: true, reason: '' }],
+      // where params.arguments lies in the body, for the loop breaker's fingerprint
+      calls: [{ id: 7, method: 'tools/call', target: 'echo', gated: true, reason: '', argumentsStart: 82, argumentsEnd: 84 }],
     })
+    expect(JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'echo', arguments: {} } }).slice(82, 84)).toBe(
+      '{}',
+    )
   })
 
   test('a resource is judged by the uri the server reads, never by a caller-chosen name', () => {

@@ -1,13 +1,16 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Pool } from 'pg'
-import { identityKey } from '../../src/budget/keys'
+import { identityKey, windowKey } from '../../src/budget/keys'
 import { describeError } from '../../src/errors'
 import { silentLogger } from '../../src/log'
 import { startGateway } from '../../src/server/compose'
 import { MCP_HEADERS, as, configFrom, type Harness, startHarness, tempDir, toolCall } from '../helpers/harness'
 import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
+
+/** The row of an acme identity's bucket: the budget below has one 60 s window. */
+const identityRow = (identity: string): string => windowKey(identityKey('acme', identity), 60)
 
 let db: TestDatabase
 let pool: Pool
@@ -50,7 +53,7 @@ async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number):
   const holder = await pool.connect()
   try {
     await holder.query('BEGIN')
-    await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [identityKey('acme', identity)])
+    await holder.query('SELECT 1 FROM budget_buckets WHERE key = $1 FOR UPDATE', [identityRow(identity)])
     const started = performance.now()
     expect((await call(h, identity, 2)).status).toBe(200)
     // The check's bound is 0.3 s; half the 5 s bound a reload must replace leaves a loaded machine room.
@@ -124,7 +127,7 @@ describe('gateway with postgres_storage', () => {
       const statuses = []
       for (let i = 0; i < 4; i++) statuses.push((await call(h, 'carol', i)).status)
       expect(statuses).toEqual([200, 200, 200, 429])
-      expect(await countOf(identityKey('acme', 'carol'))).toBe(3)
+      expect(await countOf(identityRow('carol'))).toBe(3)
       const jsonl = (await h.audit()).filter((e) => e.identity === 'carol')
       const rows = (await auditRows()).filter((r) => r.identity === 'carol')
       expect(rows.map((r) => [r.request_id, r.decision, r.status, r.tool])).toEqual(
@@ -202,7 +205,7 @@ describe('gateway with postgres_storage', () => {
 
   test('a row lock held past check_timeout_seconds fails open in time, with no ghost increment once it is released', async () => {
     const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(db.url, { budget: { check_timeout_seconds: 0.3 } }) })
-    const key = identityKey('acme', 'frank')
+    const key = identityRow('frank')
     try {
       expect((await call(h, 'frank')).status).toBe(200)
       expect(await countOf(key)).toBe(1)
@@ -218,7 +221,7 @@ describe('gateway with postgres_storage', () => {
 
   test("a reload that shortens check_timeout_seconds shortens the store's bound too (no ghost increment), and keeps the fail-open count", async () => {
     const h = await startHarness({ mode: 'stateless-json', config: postgresConfig(db.url, { budget: { check_timeout_seconds: 5 } }) })
-    const key = identityKey('acme', 'grace')
+    const key = identityRow('grace')
     try {
       expect((await call(h, 'grace')).status).toBe(200)
       h.gateway.reload(configFrom({ ...h.tree, budget: { requests_per_window: 1000, window_seconds: 60, check_timeout_seconds: 0.3 } }))

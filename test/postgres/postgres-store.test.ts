@@ -19,6 +19,19 @@ beforeAll(async () => {
 
 afterAll(() => closeTestDatabase({ db, pool }))
 
+test('the migrations leave the version 1, 2 and 3 admit functions side by side (rolling upgrades)', async () => {
+  const r = await pool.query<{ args: string }>(
+    "SELECT pg_get_function_identity_arguments(oid) AS args FROM pg_proc WHERE proname = 'wardline_budget_admit' ORDER BY pronargs, oid",
+  )
+  const common = 'p_keys text[], p_limits integer[], p_windows double precision[], p_costs integer[]'
+  const tail = 'p_budget_ms integer, p_deadline_ms double precision, p_synchronous_commit boolean'
+  expect(r.rows.map((row) => row.args)).toEqual([
+    `${common}, ${tail}, p_clock_offset_seconds double precision`, // version 1
+    `${common}, ${tail}, p_now timestamp with time zone`, // version 2
+    `${common}, p_charged boolean[], ${tail}, p_now timestamp with time zone`, // version 3
+  ])
+})
+
 /** Sessions of this database waiting for a lock (a check queued behind a row someone holds). */
 const LOCK_WAITS = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
 
@@ -55,6 +68,30 @@ describe('PostgresBudgetStore', () => {
       for (let i = 0; i < 10; i++) expect((await store.admit(charges)).admitted).toBe(true)
       expect(proxy.roundTrips - before).toBe(10)
       expect(await countOf(identityKey('acme', 'alice'))).toBe(11)
+    } finally {
+      await viaProxy.end()
+      await proxy.close()
+    }
+  })
+
+  test('a check that charges some of its buckets and only checks the others is still one round trip', async () => {
+    const proxy = await PostgresProxy.start(db.url)
+    const viaProxy = testPool(proxy.urlFor(db.url), 1)
+    try {
+      const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 5000 })
+      const charges = [
+        bucket(toolKey('search'), 100, { charged: false }),
+        bucket(tenantKey('acme'), 100, { charged: false }),
+        bucket(identityKey('acme', 'alice'), 100),
+      ]
+      await store.admit(charges) // opens the connection and prepares the statement
+      const before = proxy.roundTrips
+      for (let i = 0; i < 10; i++) expect((await store.admit(charges)).admitted).toBe(true)
+      expect(proxy.roundTrips - before).toBe(10)
+      expect(await countOf(identityKey('acme', 'alice'))).toBe(11)
+      // Checked only: locked through a placeholder row, which the check leaves at 0 and already expired.
+      expect(await countOf(toolKey('search'))).toBe(0)
+      expect(await countOf(tenantKey('acme'))).toBe(0)
     } finally {
       await viaProxy.end()
       await proxy.close()
@@ -145,6 +182,91 @@ describe('PostgresBudgetStore', () => {
     await store.close() // waits for refunds in flight
     expect(refunds).toBe(1)
     expect(await countOf(alice.key)).toBe(1)
+  })
+
+  test('a late admitted verdict is refunded in its charged buckets only, never in those it only checked', async () => {
+    let refunds = 0
+    const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 1000, onRefunded: () => refunds++ })
+    const tenant = bucket(tenantKey('acme'), 10, { charged: false })
+    const alice = bucket(identityKey('acme', 'alice'), 10)
+    await store.admit([{ ...tenant, charged: true, cost: 2 }]) // other callers' served calls
+    await store.admit([alice])
+    const holder = await pool.connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [alice.key])
+      const started = performance.now()
+      const late = store.admit([tenant, alice])
+      await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
+        what: 'the check to wait on the row lock',
+        intervalMs: 5,
+      })
+      const committed = holder.query('COMMIT')
+      while (performance.now() - started < 1100);
+      await expect(late).rejects.toThrow(/no budget verdict/)
+      await committed
+    } finally {
+      holder.release()
+    }
+    await store.close()
+    expect(refunds).toBe(1)
+    expect(await countOf(alice.key)).toBe(1)
+    expect(await countOf(tenant.key)).toBe(2)
+  })
+
+  test('a refund against a hung network rejects within its bound, and close() still returns', async () => {
+    const proxy = await PostgresProxy.start(db.url)
+    const viaProxy = testPool(proxy.urlFor(db.url), 2)
+    try {
+      const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 5000 })
+      const charges = [bucket(tenantKey('acme'), 10, { charged: false }), bucket(identityKey('acme', 'alice'), 10)]
+      const result = await store.admit(charges)
+      proxy.pause()
+      const started = performance.now()
+      await expect(store.refund(charges, result, 300)).rejects.toThrow(/timeout|no database connection|no budget refund/i)
+      // Left waiting, the refund would last as long as the network hangs: 10× its 300 ms bound is generous.
+      expect(performance.now() - started).toBeLessThan(3000)
+      const closing = performance.now()
+      await store.close()
+      expect(performance.now() - closing).toBeLessThan(1000)
+    } finally {
+      proxy.resume()
+      await viaProxy.end()
+      await proxy.close()
+    }
+  })
+
+  test('a refund against a database that went away rejects within its bound, and close() still returns', async () => {
+    const proxy = await PostgresProxy.start(db.url)
+    const viaProxy = testPool(proxy.urlFor(db.url), 2)
+    try {
+      const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 1000 })
+      const charges = [bucket(identityKey('acme', 'alice'), 10)]
+      const result = await store.admit(charges)
+      proxy.refuse()
+      const started = performance.now()
+      await expect(store.refund(charges, result)).rejects.toThrow()
+      // The default bound is check_timeout_seconds (1 s here); 5× leaves a loaded machine room.
+      expect(performance.now() - started).toBeLessThan(5000)
+      await store.close()
+      proxy.allow()
+      expect(await countOf(charges[0].key)).toBe(1) // nothing was taken back
+    } finally {
+      await viaProxy.end()
+      await proxy.close()
+    }
+  })
+
+  test('the version 3 function refuses a NULL or missing charged flag rather than guessing one', async () => {
+    const call = (charged: string): Promise<unknown> =>
+      pool.query(`SELECT * FROM wardline_budget_admit(ARRAY['a', 'b'], ARRAY[5, 5], ARRAY[60::float8, 60::float8], ARRAY[1, 1],
+        ${charged}, 1000, NULL, false, clock_timestamp())`)
+    await expect(call('ARRAY[true, NULL]::boolean[]')).rejects.toThrow(/p_charged/)
+    await expect(call('ARRAY[true]::boolean[]')).rejects.toThrow(/p_charged/)
+    await expect(call('NULL::boolean[]')).rejects.toThrow(/p_charged/)
+    expect(await countOf('a')).toBeNull()
+    await call('ARRAY[false, true]::boolean[]')
+    expect([await countOf('a'), await countOf('b')]).toEqual([0, 1])
   })
 
   test('a lock timeout, an error the server sent, keeps the connection: contention does not turn into reconnects', async () => {

@@ -135,6 +135,7 @@ describe('shutdown keeps what an entry already says', () => {
     // A store whose every check fails: the port's failure path, as a database outage would take it.
     const failing: BudgetStore = {
       admit: () => Promise.reject(new Error('store down for this test')),
+      refund: () => Promise.reject(new Error('store down for this test')),
       close: () => Promise.resolve(),
     }
     const gateway = await startGateway(config, { log: silentLogger(), budgetStore: failing })
