@@ -10,10 +10,8 @@ export interface WindowSpec {
   readonly kind: BucketKind
   /** The tool or tenant name ('' for the identity tier, whose names come with each caller). */
   readonly name: string
-  /** Its storage key; '' for the identity and repeat tiers, whose keys depend on the caller. */
+  /** Its storage key; '' for the identity and repeat tiers, whose keys depend on the caller (windowKey of theirs). */
   readonly key: string
-  /** Appended to a caller's bucket key to make this window's key (keys.ts windowKey, precomputed). */
-  readonly keySuffix: string
   readonly limit: number
   readonly windowSeconds: number
   /**
@@ -65,12 +63,10 @@ export function budgetPlan(config: BudgetConfig): BudgetPlan {
 function windows(kind: BucketKind, name: string, bucketKey: string, limits: readonly BucketLimit[]): WindowSpec[] {
   return limits.map((limit) => {
     const label = limits.length === 1 ? kind : `${kind}-${limit.windowSeconds}s`
-    const keySuffix = windowKey('[]', limit.windowSeconds).slice(1)
     return {
       kind,
       name,
-      key: bucketKey === '' ? '' : bucketKey.slice(0, -1) + keySuffix,
-      keySuffix,
+      key: bucketKey === '' ? '' : windowKey(bucketKey, limit.windowSeconds),
       limit: limit.requestsPerWindow,
       windowSeconds: limit.windowSeconds,
       label,

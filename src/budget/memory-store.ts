@@ -130,24 +130,20 @@ export class MemoryBudgetStore implements BudgetStore {
     return { admitted: refusedBy < 0, buckets, refusedBy }
   }
 
-  refund(charges: readonly BucketCharge[], result: AdmitResult): Promise<void> {
-    this.refundNow(charges, result)
-    return Promise.resolve()
-  }
-
   /**
    * Takes each charged cost back from the window it went to. A window is told apart by its end: a key
    * keeps one window length (keys.ts puts the length in the key), so a later window of the same key
    * always ends later.
    */
-  refundNow(charges: readonly BucketCharge[], result: AdmitResult): void {
-    if (!result.admitted) return
+  refund(charges: readonly BucketCharge[], result: AdmitResult): Promise<void> {
+    if (!result.admitted) return Promise.resolve()
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]
       if (!c.charged) continue
       const w = this.windows.get(c.key)
       if (w !== undefined && w.endsAt === result.buckets[i].window) w.count = Math.max(0, w.count - c.cost)
     }
+    return Promise.resolve()
   }
 
   close(): Promise<void> {

@@ -8,7 +8,7 @@ import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '
 import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
 import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
-import { identityKey } from './keys'
+import { identityKey, windowKey } from './keys'
 import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
 
 export interface BudgetStageOptions {
@@ -165,8 +165,8 @@ function chargesFor(ex: Exchange, plan: BudgetPlan): Charge[] | null {
   if (units === 0) return null
   const tenant = plan.tenants.get(tenantName)
   if (tenant !== undefined) for (const w of tenant) add(charges, w.key, w, w.name, units, shared)
-  const base = identityKey(tenantName, identity).slice(0, -1)
-  for (const w of plan.identity) add(charges, base + w.keySuffix, w, identity, units, true)
+  const bucket = identityKey(tenantName, identity)
+  for (const w of plan.identity) add(charges, windowKey(bucket, w.windowSeconds), w, identity, units, true)
   return repeats === null ? charges : repeats.concat(charges)
 }
 
@@ -187,7 +187,7 @@ function add(charges: Charge[], key: string, spec: WindowSpec, name: string, cos
  */
 function repeatKey(ex: Exchange, call: RpcCall, tenant: string, identity: string, spec: WindowSpec): string {
   const fingerprint = callFingerprint(call.target, ex.body as Buffer, call.argumentsStart, call.argumentsEnd)
-  return JSON.stringify(['repeat', tenant, identity, fingerprint]).slice(0, -1) + spec.keySuffix
+  return windowKey(JSON.stringify(['repeat', tenant, identity, fingerprint]), spec.windowSeconds)
 }
 
 function throttled(result: AdmitResult, charges: readonly Charge[], plan: BudgetPlan, batch: boolean): Refusal {

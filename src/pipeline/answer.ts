@@ -3,8 +3,8 @@ import type { Outcome, Stage } from './stage'
 
 /**
  * The answer phase's plan for one stage chain, made when the chain is built: which stages read
- * answers, and for which methods. A chain where no stage declares `answers` (today's) costs a forwarded
- * request one length check.
+ * answers, and for which methods. A chain where no stage declares `answers` (budgets off) costs a
+ * forwarded request one length check.
  */
 export class AnswerPlan {
   private readonly readers: ReadonlyArray<{ stage: Stage; methods: ReadonlySet<string>; messages: boolean }>

@@ -92,7 +92,10 @@ export interface Outcome {
    * (WL_UPSTREAM_*). Null with status 0: the client left first (the upstream may still have run it).
    */
   readonly failure: WardlineError | null
-  /** False when the request never left the gateway (the client was gone before it was sent). */
+  /**
+   * False when the request never reached the upstream: the client was gone before it was forwarded, or
+   * left while it still waited for a free upstream connection.
+   */
   readonly sent: boolean
 }
 

@@ -7,10 +7,10 @@
  */
 import { MemoryBudgetStore } from '../../src/budget/memory-store'
 import { closedPort } from '../e2e/raw-upstream'
-import { MCP_HEADERS, as, toolCall } from '../helpers/harness'
+import { MCP_HEADERS, as, metricSample, toolCall } from '../helpers/harness'
 import { open } from '../helpers/http-client'
 import { waitFor } from '../helpers/wait'
-import { type BudgetHarness, type Reply, manualClock, startBudgetHarness } from './budget-harness'
+import { type Reply, manualClock, startBudgetHarness } from './budget-harness'
 import { type Mode, answer, closeRigs, closeWithRigs, remaining, startRig } from './upstream-rig'
 
 /**
@@ -32,12 +32,6 @@ afterEach(closeRigs)
 /** The JSON-RPC error code of a gateway's own answer (429 for its throttle, 502/504 for upstream failures). */
 function errorCode(reply: Reply): unknown {
   return (reply.json as { error?: { code?: unknown } } | null)?.error?.code
-}
-
-async function metric(h: BudgetHarness, series: string): Promise<number> {
-  const text = await (await fetch(`${h.url}/metrics`)).text()
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `))
-  return line === undefined ? 0 : Number(line.slice(series.length + 1))
 }
 
 describe('a call the MCP server never served is refunded in every tier', () => {
@@ -256,7 +250,7 @@ describe('a call the MCP server may have served is not refunded', () => {
     expect(remaining(served)).toEqual({ tool: 2, tenant: 1, identity: 0 }) // the abandoned call still counts
     const over = await rig.h.post(toolCall('search'))
     expect([over.status, errorCode(over)]).toEqual([429, 429])
-    expect(await metric(rig.h, 'wardline_budget_refunds_total{reason="unserved"}')).toBe(0)
+    expect(await metricSample(rig.h.url, 'wardline_budget_refunds_total{reason="unserved"}')).toBe(0)
   })
 })
 
@@ -270,8 +264,8 @@ test('wardline_budget_refunds_total{reason="unserved"} counts each refund and no
     statuses.push((await rig.h.post(toolCall('search'))).status)
   }
   expect(statuses).toEqual([503, 429, 502, 200, 500, 400, 503])
-  expect(await metric(rig.h, series)).toBe(4)
-  expect(await metric(rig.h, 'wardline_budget_refund_failures_total')).toBe(0)
+  expect(await metricSample(rig.h.url, series)).toBe(4)
+  expect(await metricSample(rig.h.url, 'wardline_budget_refund_failures_total')).toBe(0)
   rig.mode = 200
   const served = await rig.h.post(toolCall('search')) // 200, 500 and 400 kept, then this one: 100 - 4
   expect(remaining(served)).toEqual({ identity: 96 })

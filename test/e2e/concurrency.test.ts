@@ -4,7 +4,7 @@
  */
 import type { ServerResponse } from 'node:http'
 import type { AuditEntry } from '../../src/audit/entry'
-import { type Harness, MCP_HEADERS, as, configFrom, rpc, startHarness } from '../helpers/harness'
+import { type Harness, MCP_HEADERS, as, configFrom, metricSample, rpc, startHarness } from '../helpers/harness'
 import { open as send, readAll } from '../helpers/http-client'
 import { waitFor } from '../helpers/wait'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
@@ -85,10 +85,8 @@ async function entriesFor(requestId: string | null): Promise<AuditEntry[]> {
   return (await h.audit()).filter((e) => e.request_id === requestId)
 }
 
-async function refusedCount(): Promise<number> {
-  const text = await (await fetch(`${h.url}/metrics`)).text()
-  const line = text.split('\n').find((l) => l.startsWith('wardline_concurrency_refused_total '))
-  return Number(line?.split(' ')[1])
+function refusedCount(): Promise<number> {
+  return metricSample(h.url, 'wardline_concurrency_refused_total')
 }
 
 test('the 4th request of an identity with 3 in flight gets 429, Retry-After: 1, no-store, a JSON-RPC body, one audit entry and a count', async () => {

@@ -108,3 +108,14 @@ export function rpc(method: string, params?: Record<string, unknown>, id: number
 export function toolCall(name: string, args: Record<string, unknown> = {}, id: number | string = 1): Record<string, unknown> {
   return rpc('tools/call', { name, arguments: args }, id)
 }
+
+/**
+ * The value of one sample in a gateway's /metrics text, 0 when absent. `series` is the sample as the
+ * text names it: `wardline_concurrency_refused_total`, or with its labels,
+ * `wardline_requests_total{decision="allow"}`.
+ */
+export async function metricSample(gatewayUrl: string, series: string): Promise<number> {
+  const text = await (await fetch(`${gatewayUrl}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `))
+  return line === undefined ? 0 : Number(line.slice(series.length + 1))
+}

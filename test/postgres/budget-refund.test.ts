@@ -10,7 +10,7 @@ import { identityKey, tenantKey, toolKey, windowKey } from '../../src/budget/key
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { capturingLogger } from '../budget/budget-harness'
 import { type RawUpstream, startRawUpstream } from '../e2e/raw-upstream'
-import { MCP_HEADERS, as, configFrom, readJsonl, tempDir, toolCall } from '../helpers/harness'
+import { MCP_HEADERS, as, configFrom, metricSample, readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { open, send } from '../helpers/http-client'
 import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
@@ -111,12 +111,6 @@ function plus(values: ReadonlyArray<number | null>, n: number): number[] {
   return values.map((v) => (v ?? 0) + n)
 }
 
-async function metric(rig: Rig, series: string): Promise<number> {
-  const text = await (await fetch(`${rig.gateway.url}/metrics`)).text()
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `))
-  return line === undefined ? 0 : Number(line.slice(series.length + 1))
-}
-
 const REFUNDS = 'wardline_budget_refunds_total{reason="unserved"}'
 const REFUND_FAILURES = 'wardline_budget_refund_failures_total'
 
@@ -139,8 +133,8 @@ test('an upstream 503 gives every budget_buckets row back the count it had befor
     intervalMs: 50,
   })
   // Counted once the statement's answer is back, a moment after the rows changed.
-  await waitFor(async () => (await metric(rig, REFUNDS)) === 1, { what: 'the refund to be counted' })
-  expect(await metric(rig, REFUND_FAILURES)).toBe(0)
+  await waitFor(async () => (await metricSample(rig.gateway.url, REFUNDS)) === 1, { what: 'the refund to be counted' })
+  expect(await metricSample(rig.gateway.url, REFUND_FAILURES)).toBe(0)
 })
 
 test('a call admitted after its client left is never sent and is refunded', async () => {
@@ -200,7 +194,7 @@ test('a call admitted after its client left is never sent and is refunded', asyn
     { what: "the abandoned call's audit entry" },
   )
   expect(left).toMatchObject({ status: 499, reason: 'client closed the connection; budget refunded: the call never left the gateway' })
-  await waitFor(async () => (await metric(rig, REFUNDS)) === 1, { what: 'the refund to be counted' })
+  await waitFor(async () => (await metricSample(rig.gateway.url, REFUNDS)) === 1, { what: 'the refund to be counted' })
   expect(await counts(keys)).toEqual(before)
   expect(rig.upstream.seen).toHaveLength(1) // only the first call reached the upstream
 })
@@ -224,8 +218,8 @@ test('a refund the database cannot take is counted and logged, and the 503 still
   expect(refused.status).toBe(503)
   expect(performance.now() - answeredAt).toBeLessThan(1000) // far inside check_timeout_seconds (5 s): nobody waits for the refund
 
-  await waitFor(async () => (await metric(rig, REFUND_FAILURES)) === 1, { what: 'the failed refund to be counted' })
-  expect(await metric(rig, REFUNDS)).toBe(0)
+  await waitFor(async () => (await metricSample(rig.gateway.url, REFUND_FAILURES)) === 1, { what: 'the failed refund to be counted' })
+  expect(await metricSample(rig.gateway.url, REFUNDS)).toBe(0)
   const warning = rig.logs.find((l) => l.message === 'could not refund a call the MCP server never served')
   expect(warning).toMatchObject({ level: 'warn' })
   expect(typeof warning?.error).toBe('string')

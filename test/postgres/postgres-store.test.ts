@@ -40,6 +40,31 @@ async function countOf(key: string): Promise<number | null> {
   return r.rows.length === 0 ? null : r.rows[0].count
 }
 
+/**
+ * A check (of a store with checkTimeoutMs 1000) whose verdict commits in time but reaches the store
+ * after it gave up: `lockedKey`'s row is held until the check waits on it, then released, while this
+ * event loop stays busy past the check's deadline, so the deadline timer fires before the verdict is read.
+ */
+async function admitTooLate(store: PostgresBudgetStore, charges: BucketCharge[], lockedKey: string): Promise<void> {
+  const holder = await pool.connect()
+  try {
+    await holder.query('BEGIN')
+    await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [lockedKey])
+    const started = performance.now()
+    const late = store.admit(charges)
+    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
+      what: 'the check to wait on the row lock',
+      intervalMs: 5,
+    })
+    const committed = holder.query('COMMIT')
+    while (performance.now() - started < 1100);
+    await expect(late).rejects.toThrow(/no budget verdict/)
+    await committed
+  } finally {
+    holder.release()
+  }
+}
+
 budgetStoreContract('PostgresBudgetStore', async () => {
   await pool.query('TRUNCATE budget_buckets')
   // The window clock is injected: it starts at the real time and moves only when the test says so.
@@ -160,25 +185,7 @@ describe('PostgresBudgetStore', () => {
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 1000, onRefunded: () => refunds++ })
     const alice = bucket(identityKey('acme', 'alice'), 10)
     await store.admit([alice])
-    const holder = await pool.connect()
-    try {
-      await holder.query('BEGIN')
-      await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [alice.key])
-      const started = performance.now()
-      const late = store.admit([alice])
-      await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
-        what: 'the check to wait on the row lock',
-        intervalMs: 5,
-      })
-      // Release the row: the check commits at once, well within its bound. Meanwhile this event loop
-      // stays busy past the check's deadline, so the deadline timer fires before the verdict is read.
-      const committed = holder.query('COMMIT')
-      while (performance.now() - started < 1100);
-      await expect(late).rejects.toThrow(/no budget verdict/)
-      await committed
-    } finally {
-      holder.release()
-    }
+    await admitTooLate(store, [alice], alice.key)
     await store.close() // waits for refunds in flight
     expect(refunds).toBe(1)
     expect(await countOf(alice.key)).toBe(1)
@@ -191,23 +198,7 @@ describe('PostgresBudgetStore', () => {
     const alice = bucket(identityKey('acme', 'alice'), 10)
     await store.admit([{ ...tenant, charged: true, cost: 2 }]) // other callers' served calls
     await store.admit([alice])
-    const holder = await pool.connect()
-    try {
-      await holder.query('BEGIN')
-      await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [alice.key])
-      const started = performance.now()
-      const late = store.admit([tenant, alice])
-      await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
-        what: 'the check to wait on the row lock',
-        intervalMs: 5,
-      })
-      const committed = holder.query('COMMIT')
-      while (performance.now() - started < 1100);
-      await expect(late).rejects.toThrow(/no budget verdict/)
-      await committed
-    } finally {
-      holder.release()
-    }
+    await admitTooLate(store, [tenant, alice], alice.key)
     await store.close()
     expect(refunds).toBe(1)
     expect(await countOf(alice.key)).toBe(1)

@@ -1,11 +1,9 @@
 import { type RawUpstream, startRawUpstream } from '../e2e/raw-upstream'
-import { type Harness, MCP_HEADERS, as, rpc, startHarness, toolCall } from '../helpers/harness'
+import { type Harness, MCP_HEADERS, as, metricSample, rpc, startHarness, toolCall } from '../helpers/harness'
 
 /** The value of one labelled sample in the gateway's own /metrics text, 0 when absent. */
-async function sample(h: Harness, name: string, labels: string): Promise<number> {
-  const text = await (await fetch(`${h.url}/metrics`)).text()
-  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}} `))
-  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1))
+function sample(h: Harness, name: string, labels: string): Promise<number> {
+  return metricSample(h.url, `${name}{${labels}}`)
 }
 
 describe('request metrics count requests, not audit entries', () => {
