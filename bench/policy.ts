@@ -61,7 +61,7 @@ export function syntheticPolicy(ruleCount: number, shape: PolicyShape = 'typical
   }
   rules.push({ identity: 'ci-*', tenant: null, method: '*', target: 'admin_*', effect: 'deny' })
   rules.push({ identity: '*', tenant: 'trial', method: 'tools/call', target: '*', effect: 'deny' })
-  return { default: 'allow', rules, source: 'bench' }
+  return { default: 'allow', rules, source: 'bench', filterLists: true }
 }
 
 /** Calls that hit rules at every depth of the list, and as many that match none (the default decides). */

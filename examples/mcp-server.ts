@@ -4,14 +4,16 @@
  * and the legacy HTTP+SSE transport on GET /sse + POST /messages?sessionId=….
  *
  * Tools: echo, add, whoami (shows the X-Wardline-* headers the gateway set), count_slowly (sends a
- * progress notification per step before its result), expensive_tool. One resource and one prompt.
+ * progress notification per step before its result), expensive_tool. One resource, one resource
+ * template (example://notes/{id}) and one prompt; the template's id and the prompt's name complete.
  *
  * Run on its own: node dist/examples/mcp-server.js [--port 3001] [--host 127.0.0.1] [--mode stateful|stateless-json|stateless-sse]
  */
 import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { completable } from '@modelcontextprotocol/sdk/server/completable.js'
+import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { z } from 'zod'
@@ -66,8 +68,18 @@ export function buildMcpServer(): McpServer {
   mcp.registerResource('readme', 'example://readme', { description: 'A static document', mimeType: 'text/plain' }, (uri) => ({
     contents: [{ uri: uri.href, text: 'Wardline example resource' }],
   }))
-  mcp.registerPrompt('greeting', { description: 'Greets someone', argsSchema: { name: z.string() } }, ({ name }) => ({
+  // Completable, so completion/complete has something to answer (the gateway judges it as prompts/get).
+  const names = ['Alice', 'Alan', 'Bob']
+  const greetingName = completable(z.string(), (value) => names.filter((n) => n.startsWith(value)))
+  mcp.registerPrompt('greeting', { description: 'Greets someone', argsSchema: { name: greetingName } }, ({ name }) => ({
     messages: [{ role: 'user', content: { type: 'text', text: `Say hello to ${name}` } }],
+  }))
+  const notes = new ResourceTemplate('example://notes/{id}', {
+    list: undefined,
+    complete: { id: (value) => ['1', '2', '10'].filter((id) => id.startsWith(value)) },
+  })
+  mcp.registerResource('note', notes, { description: 'A note by id', mimeType: 'text/plain' }, (uri, { id }) => ({
+    contents: [{ uri: uri.href, text: `Note ${String(id)}` }],
   }))
   return mcp
 }

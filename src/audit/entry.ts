@@ -1,4 +1,4 @@
-import type { Decision, Exchange } from '../pipeline/exchange'
+import type { Decision, Exchange, RpcCall } from '../pipeline/exchange'
 
 /**
  * The JSONL text of entries: one JSON object per line, each line ending in a newline. U+0085 (NEL),
@@ -90,7 +90,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         decision,
         ex.status,
         latency,
-        call?.reason || ex.reason,
+        callReason(ex, call),
         sessionId,
       ),
     ]
@@ -98,10 +98,13 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   if (!ex.forwarded) return [refusedBatchEntry(ex, timestamp, identity, tenant, latency, sessionId)]
   const out: AuditEntry[] = []
   let rest: string[] | null = null
+  let restReason = ex.reason
   for (let i = 0; i < calls.length; i++) {
     const call = calls[i]
     if (!call.gated) {
       ;(rest ??= []).push(call.method || 'response')
+      // What the answer phase noted on an ungated call (a tools/list that hid entries).
+      if (call.reason) restReason = restReason ? `${restReason}; ${call.reason}` : call.reason
       continue
     }
     const decision = ex.decision ?? 'allow'
@@ -116,7 +119,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         decision,
         ex.status,
         latency,
-        call.reason || ex.reason,
+        callReason(ex, call),
         sessionId,
       ),
     )
@@ -124,10 +127,20 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   if (rest !== null) {
     const decision = ex.decision ?? 'passthrough'
     out.push(
-      entry(timestamp, `${ex.requestId}/rest`, identity, tenant, rest.join(','), '', decision, ex.status, latency, ex.reason, sessionId),
+      entry(timestamp, `${ex.requestId}/rest`, identity, tenant, rest.join(','), '', decision, ex.status, latency, restReason, sessionId),
     )
   }
   return out
+}
+
+/**
+ * The reason of one call's entry: what a stage noted on the call (the policy rule that denied it, how
+ * many entries its list hid), else the request's. A call the budget throttled says why it was
+ * throttled, even when policy would also have denied it: the decision is `throttled`.
+ */
+function callReason(ex: Exchange, call: RpcCall | null): string {
+  if (call === null || ex.decision === 'throttled') return ex.reason
+  return call.reason || ex.reason
 }
 
 /**

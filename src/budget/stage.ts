@@ -5,6 +5,7 @@ import { type Logger, RateLimitedLog } from '../log'
 import type { Metrics } from '../metrics'
 import type { Exchange, RpcCall } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { throttledAgentText } from './agent-text'
 import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
 import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
@@ -104,7 +105,7 @@ export function budgetStage(
       } catch (err) {
         return failed(ex, err)
       }
-      if (!result.admitted) return throttled(result, charges, plan, ex.batch)
+      if (!result.admitted) return throttled(result, charges, plan, ex)
       // A denied call is answered next and never forwarded: nothing of it is ever refunded.
       if (ex.denial !== null) return CONTINUE
       ex.budgetCharge = new Receipt(charges, result)
@@ -190,7 +191,8 @@ function repeatKey(ex: Exchange, call: RpcCall, tenant: string, identity: string
   return windowKey(JSON.stringify(['repeat', tenant, identity, fingerprint]), spec.windowSeconds)
 }
 
-function throttled(result: AdmitResult, charges: readonly Charge[], plan: BudgetPlan, batch: boolean): Refusal {
+function throttled(result: AdmitResult, charges: readonly Charge[], plan: BudgetPlan, ex: Exchange): Refusal {
+  const batch = ex.batch
   const by = result.buckets[result.refusedBy]
   const charge = charges[result.refusedBy]
   const spec = charge.spec
@@ -207,6 +209,20 @@ function throttled(result: AdmitResult, charges: readonly Charge[], plan: Budget
   } else {
     reason = `rate limit exceeded: ${spec.label} bucket, ${by.limit} ${unit} per ${by.windowSeconds}s window`
   }
+  // The model's reading of it (tool_refusals: result), for a single call only: a batch is always
+  // answered as an HTTP error. A call that can never fit gets no retry time there.
+  const agentText = batch
+    ? undefined
+    : throttledAgentText({
+        kind: spec.kind,
+        tool: ex.calls[0].target,
+        limit: by.limit,
+        windowSeconds: by.windowSeconds,
+        cost: charge.cost,
+        weighted: plan.weighted,
+        retryAfterSeconds: retryAfter,
+        never,
+      })
   return {
     status: 429,
     decision: 'throttled',
@@ -214,6 +230,8 @@ function throttled(result: AdmitResult, charges: readonly Charge[], plan: Budget
     message: 'Rate limit exceeded',
     // Only the caller's own wait and which bucket refused: never another caller's counts.
     data: { retry_after_seconds: retryAfter, bucket: spec.label },
+    agentText,
+    agentMeta: never && !batch ? { bucket: spec.label } : undefined,
     headers: {
       'retry-after': String(retryAfter),
       // A 429 is about this caller at this moment: no cache may replay it to anyone else.

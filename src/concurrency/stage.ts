@@ -26,6 +26,8 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
     // A slot frees as soon as one of the caller's own requests ends: 1 s is the smallest honest wait.
     data: { retry_after_seconds: 1 },
     headers: { 'retry-after': '1', 'cache-control': 'no-store' },
+    // For a model (tool_refusals: result): only the caller's own cap, which its own calls fill.
+    agentText: `Too many calls in flight for you (cap ${limiter.maxPerKey}). Retry when one of your calls finishes.`,
   }
   const sessionLimit = 2 * limiter.maxPerKey
   return {
@@ -34,9 +36,9 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
       const principal = ex.principal
       if (principal === null) return CONTINUE
       const key = concurrencyKey(principal.tenant, principal.identity)
-      // An initialize may go past the cap, but only so far: a caller whose upstream never answers
-      // must not hold sockets without bound by sending nothing but initializes.
-      if (!limiter.tryAcquire(key, opensSession(ex) ? sessionLimit : limiter.maxPerKey)) {
+      // An initialize or a subscriptions/listen may go past the cap, but only so far: a caller whose
+      // upstream never answers must not hold sockets without bound by sending nothing but these.
+      if (!limiter.tryAcquire(key, passesCap(ex) ? sessionLimit : limiter.maxPerKey)) {
         metrics.concurrencyRefused.inc()
         return refusal
       }
@@ -52,10 +54,15 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
 }
 
 /**
- * True for a lone `initialize` request (with an id): what a client sends to open a session. Not a
- * batch holding one, nor a notification named initialize: either would carry other calls past the cap.
+ * True for a lone `initialize` request (with an id), what a client sends to open a session, or a lone
+ * `subscriptions/listen` request (MCP 2026-07-28), the long-lived stream that replaced the GET
+ * stream: an agent whose calls fill the cap must still get its change notifications (issue 12). It
+ * still counts, so listen streams stay bounded per identity. Not a batch holding one, nor a
+ * notification of that name: either would carry other calls past the cap.
  */
-function opensSession(ex: Exchange): boolean {
+function passesCap(ex: Exchange): boolean {
   const calls = ex.calls
-  return !ex.batch && calls.length === 1 && calls[0].method === 'initialize' && calls[0].id !== undefined
+  if (ex.batch || calls.length !== 1 || calls[0].id === undefined) return false
+  const method = calls[0].method
+  return method === 'initialize' || method === 'subscriptions/listen'
 }

@@ -7,7 +7,7 @@ import { expandEnv } from './env'
 import { readPolicy } from './policy'
 import { readPostgres } from './postgres'
 import { Reader, deepFreeze, parseYaml, readText } from './reader'
-import type { AuditConfig, Config, Features, HttpConfig, LogLevel } from './types'
+import type { AuditConfig, Config, Features, HttpConfig, LogLevel, ToolRefusals } from './types'
 
 const TOP_LEVEL_KEYS = [
   'listen',
@@ -32,6 +32,7 @@ const TOP_LEVEL_KEYS = [
   'policy',
   'policy_file',
   'postgres',
+  'tool_refusals',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
 
@@ -111,6 +112,8 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     budget: readBudget(r, o.budget),
     policy: readPolicy(r, o.policy, o.policy_file, resolvePath),
     postgres,
+    // `http` by default: what clients got before the key existed, and what budget.md documents.
+    toolRefusals: r.oneOf<ToolRefusals>(o.tool_refusals, 'tool_refusals', ['http', 'result'], 'http'),
   }
 
   // Cross-field rules, after the shapes are known.

@@ -2,7 +2,7 @@ import { GATED_METHODS } from '../mcp/methods'
 import type { Effect, PolicyConfig, PolicyRule } from './types'
 import { Reader, join, parseYaml, readText } from './reader'
 
-const POLICY_KEYS = ['default', 'rules']
+const POLICY_KEYS = ['default', 'rules', 'filter_lists']
 const RULE_KEYS = ['identity', 'tenant', 'method', 'tool', 'effect']
 const EFFECTS: readonly Effect[] = ['allow', 'deny']
 
@@ -77,7 +77,9 @@ function readPolicyTree(r: Reader, tree: object, base: string, source: string): 
   const defaultEffect = r.oneOf(o.default, defaultPath, EFFECTS, 'deny')
   const rulesPath = join(base, 'rules')
   const rules = r.list(o.rules, rulesPath).map((node, i) => readRule(r, node, join(rulesPath, i)))
-  return { default: defaultEffect, rules, source }
+  // Lists show a caller only what it may use unless the operator turns it off (docs/policy.md).
+  const filterLists = r.bool(o.filter_lists, join(base, 'filter_lists'), true)
+  return { default: defaultEffect, rules, source, filterLists }
 }
 
 function readRule(r: Reader, node: unknown, path: string): PolicyRule {

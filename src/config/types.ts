@@ -27,7 +27,15 @@ export interface Config {
   readonly budget: BudgetConfig
   readonly policy: PolicyConfig | null
   readonly postgres: PostgresConfig | null
+  readonly toolRefusals: ToolRefusals
 }
+
+/**
+ * `tool_refusals`: how a refused tools/call is answered. `http`: an HTTP error (429, 403) with a
+ * JSON-RPC error body. `result`: HTTP 200 with a tool result marked isError that a model can read
+ * (jsonrpc/refusal-result.ts); every other refusal keeps the HTTP form.
+ */
+export type ToolRefusals = 'http' | 'result'
 
 /** Who may address the gateway: Host and Origin checks, and whose X-Forwarded-* chain is kept. */
 export interface HttpConfig {
@@ -158,6 +166,8 @@ export interface PolicyConfig {
   readonly rules: readonly PolicyRule[]
   /** Where the rules came from, for logs: the policy file path or 'inline'. */
   readonly source: string
+  /** `filter_lists`: answers to tools/list, prompts/list, resources/list and resources/templates/list show only what the caller may use. */
+  readonly filterLists: boolean
 }
 
 export interface PostgresConfig {

@@ -1,7 +1,7 @@
-import { isGatedMethod } from '../mcp/methods'
+import { COMPLETION_REFS, isGatedMethod } from '../mcp/methods'
 import { type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { INVALID_REQUEST, PARSE_ERROR } from '../pipeline/stage'
-import { quoted, resourceUriProblem } from './resource-uri'
+import { quoted, resourceTemplateProblem, resourceUriProblem } from './resource-uri'
 import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
 
 export type ParseResult = { ok: true; calls: RpcCall[]; batch: boolean } | { ok: false; code: number; id: JsonRpcId; reason: string }
@@ -40,13 +40,14 @@ export function classifyScan(body: Buffer, scan: ScanResult): ParseResult {
 }
 
 /**
- * The members each level defines (JSON-RPC 2.0 §4, §5; MCP's params of gated calls and of
- * completion/complete's ref). A key spelt like one of these in another case (`Method`, `paramſ`) is
- * read as that member by case-insensitive decoders (Go's encoding/json folds case, ſ to s and K to k),
- * so it is refused even when the real member is absent.
+ * The members each level defines (JSON-RPC 2.0 §4, §5; MCP's params of gated calls, with the `task`
+ * of a task-augmented tools/call (MCP 2025-11-25, Tasks), and of completion/complete's ref). A key
+ * spelt like one of these in another case (`Method`, `paramſ`) is read as that member by
+ * case-insensitive decoders (Go's encoding/json folds case, ſ to s and K to k), so it is refused even
+ * when the real member is absent.
  */
 const ENVELOPE = new Set(['jsonrpc', 'id', 'method', 'params', 'result', 'error'])
-const PARAMS = new Set(['name', 'arguments', 'uri', 'ref', 'argument', 'context', 'cursor', '_meta'])
+const PARAMS = new Set(['name', 'arguments', 'uri', 'ref', 'argument', 'context', 'cursor', 'task', '_meta'])
 const REF = new Set(['type', 'name', 'uri'])
 
 /**
@@ -149,7 +150,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
     if (idMember === undefined || (member(members, 'result') === undefined && member(members, 'error') === undefined)) {
       return 'message has neither a method nor a result or error'
     }
-    return { id, method: '', target: '', gated: false, reason: '', argumentsStart: -1, argumentsEnd: -1 }
+    return { id, method: '', target: '', gated: false, policyMethod: '', reason: '', argumentsStart: -1, argumentsEnd: -1 }
   }
   const method = text(body, methodMember)
   if (method === undefined || method === '') return 'method must be a non-empty string'
@@ -157,11 +158,9 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   const paramsMember = member(members, 'params')
   if (paramsMember !== undefined && paramsMember.kind !== OBJECT && paramsMember.kind !== ARRAY)
     return 'params must be an object or an array'
-  if (method === 'completion/complete') {
-    const problem = completionProblem(body, message)
-    return problem ?? { id, method, target: '', gated: false, reason: '', argumentsStart: -1, argumentsEnd: -1 }
-  }
-  if (!isGatedMethod(method)) return { id, method, target: '', gated: false, reason: '', argumentsStart: -1, argumentsEnd: -1 }
+  if (method === 'completion/complete') return completionCall(body, message, id)
+  if (!isGatedMethod(method))
+    return { id, method, target: '', gated: false, policyMethod: '', reason: '', argumentsStart: -1, argumentsEnd: -1 }
   const params = message.params
   if (message.overflow === 'params') return `params has more than ${MAX_MEMBERS} members`
   if (params !== null) {
@@ -171,12 +170,12 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (method === 'tools/call') {
     const name = text(body, member(params, 'name'))
     if (name === undefined || name === '') return 'tools/call needs params.name as a non-empty string'
-    return gatedCall(id, method, name, member(params, 'arguments'))
+    return gatedCall(id, method, method, name, member(params, 'arguments'))
   }
   // The target is the field the MCP server acts on: a resource's uri (its name is only a label the
   // caller can set to anything, so judging it would let a policy be bypassed), a prompt's name. A
   // list names nothing: whatever uri or name its caller adds is ignored upstream, so it is here too.
-  if (method.endsWith('/list')) return gatedCall(id, method, '')
+  if (method.endsWith('/list')) return gatedCall(id, method, method, '')
   const field = method.startsWith('resources/') ? 'uri' : 'name'
   const targetMember = member(params, field)
   // A target that is there but not a string is judged as nothing by the gateway and as something by
@@ -184,7 +183,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (targetMember !== undefined && targetMember.kind !== QUOTE) return `${method} needs params.${field} as a string`
   if (targetMember === undefined && TARGET_REQUIRED.has(method)) return `${method} needs params.${field} as a string`
   const target = text(body, targetMember) ?? ''
-  const call = gatedCall(id, method, target)
+  const call = gatedCall(id, method, method, target)
   return typeof call === 'string' || field !== 'uri' || targetMember === undefined ? call : (resourceUriProblem(target) ?? call)
 }
 
@@ -192,24 +191,35 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
 const TARGET_REQUIRED = new Set(['resources/read', 'resources/subscribe', 'resources/unsubscribe', 'prompts/get'])
 
 /**
- * completion/complete names a prompt or a resource in `params.ref`: its keys and its URI follow the
- * rules of the call it completes, so whatever judges it later sees what the server resolves.
+ * completion/complete names a prompt or a resource in `params.ref` and is judged as the call it
+ * completes (mcp/methods.ts COMPLETION_REFS), by the same target: the prompt's name, or the resource's
+ * URI or URI template (a server completes the arguments of a template, and the SDK servers look the
+ * template up by its exact text). Its keys and its URI follow the rules of that call, so the policy
+ * sees what the server resolves. A completion that names nothing the gateway can judge (no ref, a ref
+ * type MCP does not define) is refused rather than passed on unjudged.
  */
-function completionProblem(body: Buffer, message: ScannedMessage): string | null {
+function completionCall(body: Buffer, message: ScannedMessage, id: JsonRpcId | undefined): RpcCall | string {
   if (message.overflow !== null) return `${message.overflow} has more than ${MAX_MEMBERS} members`
-  if (message.params === null) return null
-  const problem = ambiguousKeys(message.params, PARAMS, 'params')
-  if (problem !== null || message.ref === null) return problem
-  const refProblem = ambiguousKeys(message.ref, REF, 'params.ref')
+  if (message.params !== null) {
+    const problem = ambiguousKeys(message.params, PARAMS, 'params')
+    if (problem !== null) return problem
+  }
+  const ref = message.ref
+  if (ref === null) return 'completion/complete needs params.ref as an object'
+  const refProblem = ambiguousKeys(ref, REF, 'params.ref')
   if (refProblem !== null) return refProblem
-  const uri = text(body, member(message.ref, 'uri'))
-  if (text(body, member(message.ref, 'type')) === 'ref/resource' && uri !== undefined) return resourceUriProblem(uri)
-  return null
+  const type = text(body, member(ref, 'type'))
+  const kind = type === undefined ? undefined : COMPLETION_REFS.get(type)
+  if (kind === undefined) return 'completion/complete needs params.ref.type "ref/prompt" or "ref/resource"'
+  const target = text(body, member(ref, kind.field))
+  if (target === undefined) return `completion/complete needs params.ref.${kind.field} as a string for ${type}`
+  const call = gatedCall(id, 'completion/complete', kind.judgedAs, target)
+  return typeof call === 'string' || kind.field !== 'uri' ? call : (resourceTemplateProblem(target) ?? call)
 }
 
-function gatedCall(id: JsonRpcId | undefined, method: string, target: string, args?: Member): RpcCall | string {
+function gatedCall(id: JsonRpcId | undefined, method: string, policyMethod: string, target: string, args?: Member): RpcCall | string {
   if (hasControlCharacters(target)) return `${method} target contains control characters`
-  return { id, method, target, gated: true, reason: '', argumentsStart: args?.start ?? -1, argumentsEnd: args?.end ?? -1 }
+  return { id, method, target, gated: true, policyMethod, reason: '', argumentsStart: args?.start ?? -1, argumentsEnd: args?.end ?? -1 }
 }
 
 /** The id to echo when a single message was refused, if it could be read. */

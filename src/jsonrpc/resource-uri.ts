@@ -31,6 +31,30 @@ export function resourceUriProblem(uri: string): string | null {
   return null
 }
 
+/**
+ * An RFC 6570 expression (§2.2–2.4): an optional operator, then variables with an optional prefix
+ * length or explode modifier. `=,!@|` are reserved for future extensions and no SDK expands them.
+ */
+const VARSPEC = '(?:[A-Za-z0-9_]|%[0-9A-F]{2})(?:\\.?(?:[A-Za-z0-9_]|%[0-9A-F]{2}))*(?::[1-9][0-9]{0,3}|\\*)?'
+const EXPRESSION = new RegExp(`\\{[+#./;?&]?${VARSPEC}(?:,${VARSPEC})*\\}`, 'g')
+
+/**
+ * Why a resource URI or URI template (a completion's `ref/resource`, MCP 2025-11-25) cannot be judged
+ * as it stands, or null. `new URL()` escapes the braces of `test://static/resource/{id}`, so a template
+ * never equals its parsed form; its literal parts are checked instead, with each expression read as
+ * a plain `x`, and the template's text stays the target. The SDK servers look a template up by that
+ * exact text, and list filtering judges a listed template by it too, so one rule such as
+ * `test://static/resource/*` covers the template, its completion and the URIs it expands to.
+ */
+export function resourceTemplateProblem(template: string): string | null {
+  if (!template.includes('{') && !template.includes('}')) return resourceUriProblem(template)
+  const literal = template.replace(EXPRESSION, 'x')
+  if (literal.includes('{') || literal.includes('}'))
+    return `resource URI template ${quoted(template)} has a brace outside an RFC 6570 expression`
+  const problem = resourceUriProblem(literal)
+  return problem === null ? null : `resource URI template ${quoted(template)}, with each expression read as x: ${problem}`
+}
+
 /** A caller's string for an audit reason: JSON-quoted, and cut short (a body may hold megabytes). */
 export function quoted(text: string): string {
   return JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text)

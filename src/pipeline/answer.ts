@@ -8,11 +8,15 @@ import type { Outcome, Stage } from './stage'
  */
 export class AnswerPlan {
   private readonly readers: ReadonlyArray<{ stage: Stage; methods: ReadonlySet<string>; messages: boolean }>
+  /** The stages that read the messages of GET streams (AnswerInterest.streams), or null when none does. */
+  private readonly streamReaders: Stage[] | null
 
   constructor(stages: readonly Stage[]) {
     this.readers = stages
       .filter((s) => s.answers !== undefined && s.answers.methods.length > 0)
       .map((stage) => ({ stage, methods: new Set(stage.answers!.methods), messages: stage.answers!.reads === 'messages' }))
+    const streams = stages.filter((s) => s.answers?.streams === true && s.answers.reads === 'messages')
+    this.streamReaders = streams.length === 0 ? null : streams
   }
 
   /**
@@ -20,6 +24,11 @@ export class AnswerPlan {
    * read its answer (in chain order) and whether any reads its messages.
    */
   attach(ex: Exchange): void {
+    if (this.streamReaders !== null && ex.req.method === 'GET') {
+      ex.answerReaders = this.streamReaders
+      ex.readsMessages = true
+      return
+    }
     const readers = this.readers
     if (readers.length === 0) return
     const calls = ex.calls

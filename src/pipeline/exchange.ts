@@ -30,10 +30,19 @@ export interface RpcCall {
   /** The request id, `undefined` for a notification. */
   readonly id: JsonRpcId | undefined
   readonly method: string
-  /** Tool name, prompt name or resource URI for gated methods; '' otherwise. */
+  /**
+   * Tool name, prompt name or resource URI for gated methods (for completion/complete, the prompt
+   * name or the resource URI or URI template of its `params.ref`); '' otherwise.
+   */
   readonly target: string
-  /** tools/call, resources/* and prompts/*: the methods budget and policy look at. */
+  /** tools/call, resources/*, prompts/* and completion/complete: the methods budget and policy look at. */
   readonly gated: boolean
+  /**
+   * The method the policy judges this call as: its own for tools/call, resources/* and prompts/*;
+   * `prompts/get` or `resources/read` for a completion/complete of a prompt or a resource (the call
+   * it completes, mcp/methods.ts COMPLETION_REFS); '' when the call is not gated.
+   */
+  readonly policyMethod: string
   /** Why this element was refused, when a stage singled it out (policy rule index). */
   reason: string
   /** tools/call: where params.arguments lies in the body, bytes [argumentsStart, argumentsEnd); -1 when absent. */

@@ -28,6 +28,15 @@ export interface Refusal {
    * a CORS preflight, which a browser requires to be a 2xx). `message` is then unused.
    */
   readonly noBody?: boolean
+  /**
+   * What a model reads when `tool_refusals: result` answers this refusal of a single tools/call as a
+   * tool result (jsonrpc/refusal-result.ts): plain English, what was refused, which limit, when to
+   * retry; only the caller's own limits, never a rule index or another caller's usage. Absent: the
+   * refusal is always answered as an HTTP error (401, 400, 413, 503…).
+   */
+  readonly agentText?: string
+  /** The result's `_meta` (before `decision` is added) when it must differ from `data`. */
+  readonly agentMeta?: Readonly<Record<string, unknown>>
 }
 
 export type Verdict = typeof CONTINUE | Refusal
@@ -81,6 +90,11 @@ export interface AnswerInterest {
    * and the upstream is asked for an unencoded answer.
    */
   readonly reads: 'outcome' | 'messages'
+  /**
+   * With `reads: 'messages'`: also every message of the server-to-client streams (a GET: the
+   * standalone SSE stream, the legacy /sse stream), which answer no call of their own request.
+   */
+  readonly streams?: boolean
 }
 
 /** What became of a forwarded request at the upstream, as far as the gateway can tell. */

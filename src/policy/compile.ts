@@ -85,6 +85,8 @@ const NO_CATEGORIES: readonly Category[] = []
 export class CompiledPolicy {
   readonly defaultEffect: Effect
   readonly rules: readonly PolicyRule[]
+  /** False when no call can be denied (default allow, no deny rule): then no list needs filtering. */
+  readonly canDeny: boolean
   private readonly byMethod = new Map<string, readonly Category[]>()
   private readonly otherResources: readonly Category[]
   private readonly otherPrompts: readonly Category[]
@@ -92,6 +94,7 @@ export class CompiledPolicy {
   constructor(policy: PolicyConfig) {
     this.defaultEffect = policy.default
     this.rules = policy.rules
+    this.canDeny = policy.default === 'deny' || policy.rules.some((rule) => rule.effect === 'deny')
     const entries = policy.rules.map(
       (rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.target)),
     )

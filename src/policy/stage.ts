@@ -10,8 +10,8 @@ function forbidden(reason: string): Refusal {
 }
 
 /**
- * Judges every gated call (tools/call, resources/*, prompts/*) by identity, tenant, method and target;
- * anything else passes untouched. It runs before the budget stage and only records its verdict
+ * Judges every gated call (tools/call, resources/*, prompts/*, completion/complete) by identity,
+ * tenant, method and target; anything else passes untouched. It runs before the budget stage and only records its verdict
  * (`ex.denial`): the budget stage needs it to charge a denied call to the caller's own identity bucket
  * and no shared one, and a call over budget must still get 429 rather than 403 (DESIGN.md: budget
  * before policy). policyVerdictStage, after the budget stage, answers the denial.
@@ -36,7 +36,8 @@ export function policyStage(policy: CompiledPolicy): Stage {
       for (let i = 0; i < calls.length; i++) {
         const call = calls[i]
         if (!call.gated) continue
-        const index = policy.match(identity, tenant, call.method, call.target)
+        // A completion is judged as the prompts/get or resources/read it completes (call.policyMethod).
+        const index = policy.match(identity, tenant, call.policyMethod, call.target)
         if (policy.effectOf(index) === 'allow') continue
         const denial = index < 0 ? byDefault : byRule[index]
         call.reason = denial.reason
@@ -54,5 +55,14 @@ export function policyStage(policy: CompiledPolicy): Stage {
 /** Answers what the policy stage denied; placed after the budget stage, so a call over budget gets 429 first. */
 export const policyVerdictStage: Stage = {
   name: 'policy-verdict',
-  run: (ex: Exchange) => ex.denial ?? CONTINUE,
+  run(ex: Exchange) {
+    const denial = ex.denial
+    if (denial === null) return CONTINUE
+    // A single tools/call's denial also speaks to a model (tool_refusals: result), naming the tool it
+    // called and never the rule. The name is the caller's, so the text is built here, per denied call:
+    // the allow path pays nothing for it.
+    const call = !ex.batch && ex.calls.length === 1 ? ex.calls[0] : null
+    if (call === null || call.method !== 'tools/call') return denial
+    return { ...denial, agentText: `Tool ${call.target} is not allowed for you by policy. Do not retry it.` }
+  },
 }

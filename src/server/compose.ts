@@ -21,18 +21,21 @@ import { keysNeedingRestart } from '../config/restart-keys'
 import type { Config } from '../config/types'
 import { pathStage } from '../http/path-stage'
 import { httpStage } from '../http/stage'
+import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger, RateLimitedLog } from '../log'
 import { Metrics } from '../metrics'
 import type { ReadinessCheck } from '../readiness'
 import type { Stage } from '../pipeline/stage'
 import { compilePolicy } from '../policy/compile'
+import { type ListFilterState, listFilterStage, listFilterState } from '../policy/list-filter'
 import { policyStage, policyVerdictStage } from '../policy/stage'
 import { migrate } from '../postgres/migrate'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
 import { Upstream } from '../upstream/forward'
+import { LegacyStreams } from '../upstream/legacy-streams'
 import { Gateway } from './gateway'
 import { type Closer, Lifecycle, type LifecycleParts } from './lifecycle'
 import { localRoutes } from './routes'
@@ -54,9 +57,9 @@ export interface RunningGateway {
   /** Graceful stop: readiness 503, stop accepting, let in-flight requests finish (bounded), flush audit, release. */
   shutdown(): Promise<void>
   /**
-   * Applies a new, already validated Config's `budget` and `policy` to requests that start from now on,
-   * keeping every count already used (the store stays). Returns the YAML keys that changed but only
-   * take effect after a restart; they are left as they were.
+   * Applies a new, already validated Config's `budget`, `policy` and `tool_refusals` to requests that
+   * start from now on, keeping every count already used (the store stays). Returns the YAML keys that
+   * changed but only take effect after a restart; they are left as they were.
    */
   reload(next: Config): string[]
 }
@@ -125,16 +128,16 @@ async function wire(
   const upstream = new Upstream(config.upstream, config.http.trustedProxies)
   closers.push(() => upstream.destroy())
   const stages = stageChain(config, { audit, authenticator, store, metrics, log })
-  const gateway = new Gateway(stages.build(config), upstream, audit, log)
+  const gateway = new Gateway(stages.build(config), upstream, audit, log, config.toolRefusals, stages.legacyStreams)
 
   let current = config
   const applyReload = (next: Config): string[] => {
     const restartNeeded = keysNeedingRestart(current, next)
     const restarted = store === null ? [] : restartedBuckets(current.budget, next.budget)
-    current = { ...current, budget: next.budget, policy: next.policy }
-    gateway.replaceStages(stages.build(current))
+    current = { ...current, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals }
+    gateway.replaceStages(stages.build(current), current.toolRefusals)
     audit.reopen()
-    log.info('configuration reloaded: budget and policy apply to new requests; budget counts kept', {
+    log.info('configuration reloaded: budget, policy and tool_refusals apply to new requests; budget counts kept', {
       restart_needed_for: restartNeeded,
     })
     if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })
@@ -158,6 +161,8 @@ interface StageChain {
   build(config: Config): Stage[]
   /** Budget checks that failed open in the last minute (for /readyz), across reloads. */
   failOpensLastMinute(): number
+  /** The open legacy /sse streams by session, for refusals answered as tool results there. */
+  readonly legacyStreams: LegacyStreams
 }
 
 interface StageParts {
@@ -179,18 +184,30 @@ function stageChain(config: Config, parts: StageParts): StageChain {
     authStage(authenticator, config.auth),
     pathStage(),
     jsonRpcStage(config.limits),
+    // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before a
+    // slot, an audit reservation or a budget unit is taken for a call whose headers say another.
+    mcpHeadersStage(),
     // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
     concurrencyStage(concurrency, metrics),
     auditReservationStage(audit),
   ]
   const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
+  // The list filter of every chain judges with the policy of the latest one, so a stream opened
+  // before a reload lists by the new rules.
+  const policies = listFilterState()
+  // Read only while refusals are answered as tool results: a refused legacy POST's result travels on
+  // its session's /sse stream. One registry across reloads, so every stream is found.
+  const legacyStreams = new LegacyStreams()
+  const legacyReader = legacyStreams.stage()
   return {
+    legacyStreams,
     build(cfg) {
       const budget = store === null ? [] : [budgetStage(store, cfg.budget, metrics, log, budgetFailures)]
-      const policy = policyStages(cfg, log)
+      const policy = policyStages(cfg, log, policies)
       // Policy judges first, so the budget stage knows a denied call (it charges only the caller's own
       // bucket), and its verdict is answered after the budget: a call over budget gets 429 (DESIGN.md).
-      return [...leading, ...policy, ...budget, ...(policy.length === 0 ? [] : [policyVerdictStage])]
+      const legacy = cfg.toolRefusals === 'result' ? [legacyReader] : []
+      return [...leading, ...legacy, ...policy, ...budget, ...(policy.length === 0 ? [] : [policyVerdictStage])]
     },
     failOpensLastMinute: () => budgetFailures.failOpens.count(),
   }
@@ -268,15 +285,24 @@ async function openAuthenticator(config: Config, log: Logger): Promise<Authentic
   return JwtAuthenticator.open(config.auth.jwt, log)
 }
 
-/** The policy stage (its verdict is answered after the budget stage). No policy: no stage, and a notice that nothing is gated. */
-function policyStages(config: Config, log: Logger): Stage[] {
+/**
+ * The policy stage (its verdict is answered after the budget stage) and the list filter. No policy: no
+ * stage, and a notice that nothing is gated. A policy that allows everything hides nothing: no filter.
+ */
+function policyStages(config: Config, log: Logger, policies: ListFilterState): Stage[] {
   const policy = config.policy
+  policies.current = null
   if (policy === null) {
     log.warn('no policy configured (policy or policy_file): every tool, resource and prompt call is allowed')
     return []
   }
   log.info('policy loaded', { source: policy.source, rules: policy.rules.length, default: policy.default })
-  return [policyStage(compilePolicy(policy))]
+  const compiled = compilePolicy(policy)
+  if (!policy.filterLists) return [policyStage(compiled)]
+  // While the policy can deny nothing the filter passes every answer as it is; it stays in the chain
+  // so a stream opened now is filtered once a reload adds a deny rule.
+  if (compiled.canDeny) policies.current = compiled
+  return [policyStage(compiled), listFilterStage(policies)]
 }
 
 /** Startup bound on reaching the database: fail with one clear line instead of hanging. */

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
+import type { ToolRefusals } from '../config/types'
 import { WardlineError, describeError } from '../errors'
+import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refusal-result'
 import { writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
 import { setCorsHeaders } from '../pipeline/cors'
@@ -9,15 +11,17 @@ import { Exchange } from '../pipeline/exchange'
 import { AnswerPlan } from '../pipeline/answer'
 import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
 import { CLIENT_CLOSED, type Upstream } from '../upstream/forward'
+import type { LegacyStreams } from '../upstream/legacy-streams'
 
-/** A stage chain and the answer plan made from it, swapped together at a reload. */
+/** A stage chain, the answer plan made from it and how its refusals are answered, swapped together at a reload. */
 interface Chain {
   readonly stages: readonly Stage[]
   readonly answers: AnswerPlan
+  readonly toolRefusals: ToolRefusals
 }
 
-function chainOf(stages: readonly Stage[]): Chain {
-  return { stages, answers: new AnswerPlan(stages) }
+function chainOf(stages: readonly Stage[], toolRefusals: ToolRefusals): Chain {
+  return { stages, answers: new AnswerPlan(stages), toolRefusals }
 }
 
 /**
@@ -56,13 +60,16 @@ export class Gateway {
     private readonly upstream: Upstream,
     private readonly audit: AuditTrail,
     private readonly log: Logger,
+    toolRefusals: ToolRefusals = 'http',
+    /** Open legacy /sse streams (compose.ts): where a refused legacy POST's tool result goes. */
+    private readonly legacyStreams: LegacyStreams | null = null,
   ) {
-    this.chain = chainOf(stages)
+    this.chain = chainOf(stages, toolRefusals)
   }
 
   /** Swaps the stage chain (a config reload); requests already running keep the chain they started with. */
-  replaceStages(stages: readonly Stage[]): void {
-    this.chain = chainOf(stages)
+  replaceStages(stages: readonly Stage[], toolRefusals: ToolRefusals): void {
+    this.chain = chainOf(stages, toolRefusals)
   }
 
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -71,7 +78,7 @@ export class Gateway {
     this.running.add(ex)
     try {
       const refusal = await runStages(chain.stages, ex)
-      if (refusal !== null) refuse(ex, refusal)
+      if (refusal !== null) refuse(ex, refusal, chain.toolRefusals, this.legacyStreams)
       else {
         chain.answers.attach(ex)
         ex.forwarded = true // from here the request may run upstream: audited per batch element
@@ -130,7 +137,7 @@ const MESSAGES: Record<number, string> = {
   504: 'Gateway timeout: the MCP server did not answer in time',
 }
 
-export function refuse(ex: Exchange, refusal: Refusal): void {
+export function refuse(ex: Exchange, refusal: Refusal, toolRefusals: ToolRefusals = 'http', legacy: LegacyStreams | null = null): void {
   setLocalAnswerHeaders(ex)
   ex.decision = refusal.decision
   ex.status = refusal.status
@@ -147,7 +154,53 @@ export function refuse(ex: Exchange, refusal: Refusal): void {
     ex.status = 202
     return writeEmpty(ex, 202, headers)
   }
+  if (toolRefusals === 'result' && answerAsResult(ex, refusal, headers, legacy)) return
   writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, headers)
+}
+
+/**
+ * `tool_refusals: result`: answers a refused single tools/call as a tool result (HTTP 200, JSON or SSE
+ * as the client accepts) with the refusal's headers (Retry-After, RateLimit fields) kept. False when
+ * the refusal or the request cannot be answered so (see refusal-result.ts): the caller then sends the
+ * HTTP error. The audit entry keeps the decision and reason; its status is the 200 that was sent.
+ */
+function answerAsResult(
+  ex: Exchange,
+  refusal: Refusal,
+  headers: Readonly<Record<string, string>> | undefined,
+  legacy: LegacyStreams | null,
+): boolean {
+  const format = resultFormat(ex.req.headers.accept)
+  if (format === null) return legacy !== null && answerOnLegacyStream(ex, refusal, headers, legacy)
+  const message = refusalResultMessage(ex, refusal)
+  if (message === null) return false
+  ex.status = 200
+  writeResult(ex.res, message, format, headers)
+  return true
+}
+
+/**
+ * The legacy HTTP+SSE transport: its POST /messages?sessionId=… is answered 202 and the result goes
+ * on the session's /sse stream, as the server would send its own answer. Only when that stream runs
+ * through this process for the same caller (LegacyStreams.deliver); otherwise the HTTP error.
+ */
+function answerOnLegacyStream(
+  ex: Exchange,
+  refusal: Refusal,
+  headers: Readonly<Record<string, string>> | undefined,
+  legacy: LegacyStreams,
+): boolean {
+  if (ex.req.headers['mcp-session-id'] !== undefined) return false
+  const sessionId = ex.sessionId
+  if (sessionId === '') return false
+  const message = refusalResultMessage(ex, refusal)
+  if (message === null || !legacy.deliver(sessionId, ex, message)) return false
+  ex.status = 202
+  ex.res.statusCode = 202
+  if (headers) for (const name in headers) ex.res.setHeader(name, headers[name])
+  ex.res.setHeader('content-type', 'text/plain')
+  ex.res.end('Accepted')
+  return true
 }
 
 /**

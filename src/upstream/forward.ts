@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/types'
 import { WardlineError, describeError } from '../errors'
+import { isStream } from '../jsonrpc/mcp-headers'
 import { pushCorsHeaders } from '../pipeline/cors'
 import { reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
@@ -76,7 +77,7 @@ export class Upstream {
     this.forwardedHeaders.push(req, headers)
     return new Promise((resolve, reject) => {
       const handler = new RelayHandler(ex, resolve, reject, this.timeoutMs)
-      ;(req.method === 'GET' ? this.streams : this.pool).dispatch(
+      ;(isStream(ex) ? this.streams : this.pool).dispatch(
         {
           origin: this.origin.origin,
           path: this.basePath + (req.url ?? '/'),
@@ -194,7 +195,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     }
     const type = String(headers['content-type'] ?? '').toLowerCase()
     if (type.startsWith('application/json')) this.jsonChunks = []
-    else if (type.startsWith('text/event-stream')) {
+    // A GET stream is read as SSE whatever it says it is: the official client parses any GET body as SSE.
+    else if (type.startsWith('text/event-stream') || this.ex.req.method === 'GET') {
       this.sse = new SseMessages((data) => rewriteMessage(this.ex, data), MAX_READ_ANSWER_BYTES)
     }
     return true

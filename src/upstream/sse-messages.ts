@@ -16,6 +16,8 @@ export class SseMessages {
   private afterCR = false
   /** That CR ended the event: it is cut after the CR, or after the LF that follows. */
   private endsAfterCR = false
+  /** No event completed yet: the stream's first event may begin with a byte order mark, which clients drop. */
+  private first = true
 
   constructor(
     private readonly rewrite: (data: string) => string,
@@ -93,7 +95,13 @@ export class SseMessages {
   }
 
   private event(raw: Buffer): Buffer {
-    const lines = raw.toString('utf8').split(LINE_END)
+    let text = raw.toString('utf8')
+    // WHATWG §9.2.6: the decoder strips one leading BOM of the stream, so `\uFEFFdata: …` is a data line.
+    if (this.first) {
+      this.first = false
+      if (text.charCodeAt(0) === 0xfeff) text = text.slice(1)
+    }
+    const lines = text.split(LINE_END)
     // The event's last line terminator and the blank line that ended it leave empty strings at the end.
     while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop()
     let data: string | null = null
@@ -104,16 +112,16 @@ export class SseMessages {
     if (data === null) return raw
     const rewritten = this.rewrite(data)
     if (rewritten === data) return raw
-    let text = ''
+    let out = ''
     let placed = false
     for (const line of lines) {
-      if (dataValue(line) === null) text += `${line}\n`
+      if (dataValue(line) === null) out += `${line}\n`
       else if (!placed) {
         placed = true
-        for (const part of rewritten.split(LINE_END)) text += `data: ${part}\n`
+        for (const part of rewritten.split(LINE_END)) out += `data: ${part}\n`
       }
     }
-    return Buffer.from(`${text}\n`)
+    return Buffer.from(`${out}\n`)
   }
 }
 

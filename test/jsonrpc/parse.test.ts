@@ -11,7 +11,18 @@ describe('parsing JSON-RPC bodies', () => {
       ok: true,
       batch: false,
       // where params.arguments lies in the body, for the loop breaker's fingerprint
-      calls: [{ id: 7, method: 'tools/call', target: 'echo', gated: true, reason: '', argumentsStart: 82, argumentsEnd: 84 }],
+      calls: [
+        {
+          id: 7,
+          method: 'tools/call',
+          target: 'echo',
+          gated: true,
+          policyMethod: 'tools/call',
+          reason: '',
+          argumentsStart: 82,
+          argumentsEnd: 84,
+        },
+      ],
     })
     expect(JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'echo', arguments: {} } }).slice(82, 84)).toBe(
       '{}',
@@ -99,6 +110,145 @@ describe('parsing JSON-RPC bodies', () => {
       ['null', null],
     ] as const) {
       expect(parse(`{"jsonrpc":"2.0","id":${raw},"method":"ping"}`)).toMatchObject({ ok: true, calls: [{ id }] })
+    }
+  })
+})
+
+describe('completion/complete is judged as the call it completes', () => {
+  const complete = (ref: unknown, id = 9) =>
+    parse({ jsonrpc: '2.0', id, method: 'completion/complete', params: { ref, argument: { name: 'name', value: 'Al' } } })
+
+  test("a prompt's completion targets the prompt name and is judged as prompts/get", () => {
+    expect(complete({ type: 'ref/prompt', name: 'greeting' })).toEqual({
+      ok: true,
+      batch: false,
+      calls: [
+        {
+          id: 9,
+          method: 'completion/complete',
+          target: 'greeting',
+          gated: true,
+          policyMethod: 'prompts/get',
+          reason: '',
+          argumentsStart: -1,
+          argumentsEnd: -1,
+        },
+      ],
+    })
+  })
+
+  test("a resource's completion targets its URI and is judged as resources/read", () => {
+    expect(complete({ type: 'ref/resource', uri: 'example://readme' })).toMatchObject({
+      ok: true,
+      calls: [{ method: 'completion/complete', target: 'example://readme', gated: true, policyMethod: 'resources/read' }],
+    })
+  })
+
+  test.each([
+    'test://static/resource/{id}',
+    'file:///docs/{+path}',
+    'example://search{?q,limit}',
+    'example://users/{id}/posts/{post:3}',
+    'example://{host}/x/{list*}',
+    'example://a/{x.y}{/seg}{#frag}{;p}{&more}',
+    'example://plain-uri-no-template',
+  ])('a URI template %s is judged by its text, braces and all', (uri) => {
+    expect(complete({ type: 'ref/resource', uri })).toMatchObject({ ok: true, calls: [{ target: uri, policyMethod: 'resources/read' }] })
+  })
+
+  test.each([
+    [
+      'a climbing literal part',
+      'file:///public/../{id}',
+      /with each expression read as x: resource URI "file:\/\/\/public\/..\/x" is not in normal form/,
+    ],
+    ['an upper-case scheme', 'EXAMPLE://notes/{id}', /not in normal form/],
+    ['an empty path segment', 'file:///a//{id}', /empty path segment/],
+    ['an escaped letter', 'file:///priv%61te/{id}', /percent-escape/],
+    ['an unclosed expression', 'example://notes/{id', /a brace outside an RFC 6570 expression/],
+    ['an empty expression', 'example://notes/{}', /a brace outside an RFC 6570 expression/],
+    ['a path inside braces', 'example://notes/{../secret}', /a brace outside an RFC 6570 expression/],
+    ['a lone closing brace', 'example://notes/id}', /a brace outside an RFC 6570 expression/],
+    ['no scheme', '{+base}/notes', /is not an absolute URI/],
+  ])('a template with %s is refused rather than guessed at', (_what, uri, reason) => {
+    const parsed = complete({ type: 'ref/resource', uri }, 4)
+    expect(parsed).toMatchObject({ ok: false, code: -32600, id: 4 })
+    expect(!parsed.ok && parsed.reason).toMatch(reason)
+  })
+
+  test.each([
+    ['no params', { jsonrpc: '2.0', id: 2, method: 'completion/complete' }, 'completion/complete needs params.ref as an object'],
+    [
+      'no ref',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { argument: { name: 'a', value: '' } } },
+      'completion/complete needs params.ref as an object',
+    ],
+    [
+      'a ref that is not an object',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: 'greeting' } },
+      'completion/complete needs params.ref as an object',
+    ],
+    [
+      'a ref type MCP does not define',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { type: 'ref/tool', name: 'echo' } } },
+      'completion/complete needs params.ref.type "ref/prompt" or "ref/resource"',
+    ],
+    [
+      'a ref without a type',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { name: 'greeting' } } },
+      'completion/complete needs params.ref.type "ref/prompt" or "ref/resource"',
+    ],
+    [
+      'a prompt ref without its name',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { type: 'ref/prompt', uri: 'example://readme' } } },
+      'completion/complete needs params.ref.name as a string for ref/prompt',
+    ],
+    [
+      'a resource ref without its uri',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { type: 'ref/resource', name: 'readme' } } },
+      'completion/complete needs params.ref.uri as a string for ref/resource',
+    ],
+    [
+      'a prompt name that is not a string',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { type: 'ref/prompt', name: 7 } } },
+      'completion/complete needs params.ref.name as a string for ref/prompt',
+    ],
+    [
+      'control characters in the name',
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { type: 'ref/prompt', name: 'a\u0007b' } } },
+      'completion/complete target contains control characters',
+    ],
+  ])('a completion with %s is an invalid request: nothing to judge it by', (_what, body, reason) => {
+    expect(parse(body)).toEqual({ ok: false, code: -32600, id: 2, reason })
+  })
+
+  test('a completion in a batch is a gated element of its own', () => {
+    const parsed = parse([
+      { jsonrpc: '2.0', id: 1, method: 'ping' },
+      { jsonrpc: '2.0', id: 2, method: 'completion/complete', params: { ref: { type: 'ref/prompt', name: 'greeting' } } },
+    ])
+    expect(parsed.ok && parsed.calls.map((c) => [c.method, c.gated, c.policyMethod, c.target])).toEqual([
+      ['ping', false, '', ''],
+      ['completion/complete', true, 'prompts/get', 'greeting'],
+    ])
+  })
+})
+
+describe('tasks (MCP 2025-11-25)', () => {
+  test('a task-augmented tools/call is judged by its tool name like any other', () => {
+    const parsed = parse({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'report', arguments: {}, task: { ttl: 60000 } } })
+    expect(parsed).toMatchObject({ ok: true, calls: [{ method: 'tools/call', target: 'report', gated: true, policyMethod: 'tools/call' }] })
+  })
+
+  test('a case variant of task is refused: a Go-style server would run the call as a task, others would not', () => {
+    const parsed = parse('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"report","Task":{"ttl":1}}}')
+    expect(parsed).toMatchObject({ ok: false, code: -32600, reason: 'key "Task" in params is a case variant of "task"' })
+  })
+
+  test('tasks/get, tasks/result, tasks/list and tasks/cancel pass ungated: the work was judged when its task was created', () => {
+    for (const method of ['tasks/get', 'tasks/result', 'tasks/cancel', 'tasks/list']) {
+      const parsed = parse({ jsonrpc: '2.0', id: 1, method, params: method === 'tasks/list' ? {} : { taskId: 'abc' } })
+      expect(parsed.ok && parsed.calls[0]).toMatchObject({ method, target: '', gated: false, policyMethod: '' })
     }
   })
 })

@@ -6,7 +6,12 @@ import { Glob } from '../../src/policy/glob'
 type RuleSpec = Partial<PolicyRule> & Pick<PolicyRule, 'identity' | 'target' | 'effect'>
 
 function policy(defaultEffect: Effect, rules: RuleSpec[]): PolicyConfig {
-  return { default: defaultEffect, source: 'test', rules: rules.map((r) => ({ tenant: null, method: 'tools/call', ...r })) }
+  return {
+    default: defaultEffect,
+    source: 'test',
+    filterLists: true,
+    rules: rules.map((r) => ({ tenant: null, method: 'tools/call', ...r })),
+  }
 }
 
 /** What a call gets: the effect and which rule decided (-1: the default). */

@@ -15,6 +15,14 @@ describe('policy configuration', () => {
     expect(parseConfig(BASE, { env: {}, baseDir: '/srv' }).policy).toBeNull()
   })
 
+  test('policy.filter_lists is a boolean, true unless turned off', () => {
+    const off = parseConfig(`${BASE}policy:\n  default: deny\n  filter_lists: false\n`, { env: {}, baseDir: '/srv' })
+    expect(off.policy?.filterLists).toBe(false)
+    expect(problems(`${BASE}policy:\n  default: deny\n  filter_lists: sometimes\n`)).toEqual([
+      expect.stringMatching(/^policy\.filter_lists: /),
+    ])
+  })
+
   test('an inline policy is read with its defaults: any tenant, method tools/call', () => {
     const config = parseConfig(
       `${BASE}policy:\n  default: deny\n  rules:\n    - { identity: ci-bot, tool: "read_*", effect: allow }\n    - { identity: "*", tenant: acme, method: "resources/*", tool: "*", effect: deny }\n`,
@@ -23,6 +31,7 @@ describe('policy configuration', () => {
     expect(config.policy).toEqual({
       default: 'deny',
       source: 'inline',
+      filterLists: true,
       rules: [
         { identity: 'ci-bot', tenant: null, method: 'tools/call', target: 'read_*', effect: 'allow' },
         { identity: '*', tenant: 'acme', method: 'resources/*', target: '*', effect: 'deny' },
@@ -46,7 +55,7 @@ describe('policy configuration', () => {
       ].join('\n'),
     )
     expect(found).toEqual([
-      expect.stringMatching(/^policy\.mode: unknown key \(allowed: default, rules\)$/),
+      expect.stringMatching(/^policy\.mode: unknown key \(allowed: default, rules, filter_lists\)$/),
       'policy.default: is required (allow or deny)',
       'policy.rules[1].effect: must be allow or deny',
       expect.stringMatching(/^policy\.rules\[2\]\.method: must be one of tools\/call, resources\/list, .*, resources\/\*, prompts\/\*$/),
@@ -70,6 +79,7 @@ describe('policy configuration', () => {
     expect(good.policy).toEqual({
       default: 'allow',
       source: join(dir, 'good.yaml'),
+      filterLists: true,
       rules: [{ identity: 'intern', tenant: null, method: 'tools/call', target: 'expensive_tool', effect: 'deny' }],
     })
 

@@ -222,7 +222,8 @@ describe('the official SDK client and a denied call', () => {
     const echoed = (await client.callTool({ name: 'echo', arguments: { text: 'still here' } })) as { content: Array<{ text: string }> }
     expect(echoed.content[0].text).toBe('still here')
     expect(transport.sessionId).toBe(session)
-    expect((await client.listPrompts()).prompts.map((p) => p.name)).toEqual(['greeting'])
+    // prompts/list itself is allowed, but alice may get no prompt, so the list hides greeting.
+    expect((await client.listPrompts()).prompts.map((p) => p.name)).toEqual([])
     await client.close()
 
     const gated = (await h.audit()).filter((e) => e.method === 'tools/call' || e.method.startsWith('prompts/'))
@@ -230,7 +231,7 @@ describe('the official SDK client and a denied call', () => {
       ['tools/call', 'expensive_tool', 'deny', 'rule 0'],
       ['prompts/get', 'greeting', 'deny', 'rule 1'],
       ['tools/call', 'echo', 'allow', undefined],
-      ['prompts/list', '', 'allow', undefined],
+      ['prompts/list', '', 'allow', 'list filtered by policy: 1 of 1 prompts hidden'],
     ])
   })
 })

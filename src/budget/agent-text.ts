@@ -1,0 +1,71 @@
+import type { BucketKind } from './store'
+
+/** What a throttled single call's text for a model says (tool_refusals: result). */
+export interface ThrottleFacts {
+  readonly kind: BucketKind
+  /** The tool called. */
+  readonly tool: string
+  readonly limit: number
+  readonly windowSeconds: number
+  /** Units this call costs (its tool's cost). */
+  readonly cost: number
+  /** Some tool costs more than 1: limits are spoken of in units, not calls. */
+  readonly weighted: boolean
+  readonly retryAfterSeconds: number
+  /** The call costs more than the window allows: waiting never helps. */
+  readonly never: boolean
+}
+
+/**
+ * The refusal as a model reads it: which limit, and when or whether to retry. Only what the caller
+ * may know: its own identity's and tenant's limits (never whose calls used them) and a tool's limit;
+ * no counts of other callers, no bucket keys.
+ */
+export function throttledAgentText(f: ThrottleFacts): string {
+  if (f.kind === 'repeat') {
+    return (
+      `Loop breaker: this exact call (tool ${f.tool} with the same arguments) was already made ${f.limit} ` +
+      `${f.limit === 1 ? 'time' : 'times'} in ${span(f.windowSeconds)}, the most allowed. Do not repeat it: change the ` +
+      `arguments or your approach. The same call is accepted again in ${wait(f.retryAfterSeconds)}.`
+    )
+  }
+  const unit = f.weighted ? 'units' : 'calls'
+  const owner = f.kind === 'tool' ? `tool ${f.tool}` : f.kind === 'tenant' ? 'your tenant' : 'your identity'
+  if (f.never) {
+    return (
+      `This call costs ${f.cost} units, more than the ${f.limit} units per ${per(f.windowSeconds)} that ${owner} ` +
+      'is allowed: it can never succeed. Do not retry it.'
+    )
+  }
+  const limit =
+    f.kind === 'tool'
+      ? `${f.limit} ${unit} per ${per(f.windowSeconds)} for tool ${f.tool}.${f.weighted ? ` This call costs ${units(f.cost)}.` : ''}`
+      : `${owner}'s limit of ${f.limit} ${unit} per ${per(f.windowSeconds)} ` +
+        (f.weighted ? `has no room left for this call, which costs ${units(f.cost)}.` : 'is used up.')
+  return `Rate limit: ${limit} Try again in ${wait(f.retryAfterSeconds)}.`
+}
+
+function units(n: number): string {
+  return n === 1 ? '1 unit' : `${n} units`
+}
+
+/** A window's length as people say it: 60 s, 5 min, 2 h, 1 day (exact: it states a limit). */
+function span(seconds: number): string {
+  if (seconds % 86_400 === 0) return seconds === 86_400 ? '1 day' : `${seconds / 86_400} days`
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`
+  if (seconds >= 120 && seconds % 60 === 0) return `${seconds / 60} min`
+  return `${seconds} s`
+}
+
+/** "per day", "per hour", "per 60 s". */
+function per(seconds: number): string {
+  return seconds === 86_400 ? 'day' : seconds === 3600 ? 'hour' : span(seconds)
+}
+
+/** A wait, rounded up to the unit shown: a model that waits this long finds the window reset. */
+function wait(seconds: number): string {
+  if (seconds < 120) return `${seconds} s`
+  if (seconds < 7200) return `${Math.ceil(seconds / 60)} min`
+  if (seconds < 172_800) return `${Math.ceil(seconds / 3600)} h`
+  return `${Math.ceil(seconds / 86_400)} days`
+}

@@ -1,0 +1,69 @@
+import type { ServerResponse } from 'node:http'
+import type { Exchange } from '../pipeline/exchange'
+import type { Refusal } from '../pipeline/stage'
+
+/**
+ * `tool_refusals: result`: a refused tools/call answered the way MCP reports a tool error the model
+ * should see (a CallToolResult with `isError: true`, MCP 2025-06-18 "Tools", error handling), instead
+ * of an HTTP error that clients throw and agent hosts show the model as a generic failure.
+ *
+ * The JSON-RPC message text, or null when this refusal cannot be a result: only a request whose body
+ * is one tools/call with an id (a batch would need an answer per element; a notification gets none),
+ * refused by a stage that wrote `agentText` (budget, loop breaker, policy, concurrency cap). The
+ * result's `_meta` is the refusal's `agentMeta` (else its `data`: retry_after_seconds, bucket) plus
+ * the decision. Transport-independent: the legacy SSE transport delivers the same text on its stream.
+ */
+export function refusalResultMessage(ex: Exchange, refusal: Refusal): string | null {
+  const text = refusal.agentText
+  if (text === undefined || ex.batch || ex.calls.length !== 1) return null
+  const call = ex.calls[0]
+  if (call.method !== 'tools/call' || call.id === undefined) return null
+  const meta = { ...(refusal.agentMeta ?? refusal.data), decision: refusal.decision }
+  return JSON.stringify({ jsonrpc: '2.0', id: call.id, result: { content: [{ type: 'text', text }], isError: true, _meta: meta } })
+}
+
+export type ResultFormat = 'json' | 'sse'
+
+/**
+ * How a Streamable HTTP POST accepts its answer, from its Accept header: SSE when it lists
+ * text/event-stream and no range that covers application/json, else JSON; null when it lists neither
+ * type by name. A Streamable HTTP client must list both (MCP 2025-06-18 "Transports", sending messages
+ * to the server), and an SDK server answers 406 otherwise, so null means another transport: the legacy
+ * HTTP+SSE transport's POSTs (`*\/*` or no Accept), whose answers travel on the GET /sse stream and
+ * whose POST bodies no client reads. A range with q=0 is "not acceptable" (RFC 9110 §12.4.2).
+ */
+export function resultFormat(accept: string | undefined): ResultFormat | null {
+  if (accept === undefined) return null
+  let json = false
+  let jsonByName = false
+  let sse = false
+  for (const item of accept.split(',')) {
+    const semi = item.indexOf(';')
+    const type = (semi < 0 ? item : item.slice(0, semi)).trim().toLowerCase()
+    if (semi >= 0 && /;\s*q\s*=\s*0(?:\.0{0,3})?\s*(?:;|$)/i.test(item.slice(semi))) continue
+    if (type === 'text/event-stream') sse = true
+    else if (type === 'application/json') json = jsonByName = true
+    else if (type === 'application/*' || type === '*/*') json = true
+  }
+  if (sse && !json) return 'sse'
+  return sse || jsonByName ? 'json' : null
+}
+
+/**
+ * Writes a result message as the whole response: HTTP 200, as JSON or as one SSE `message` event (the
+ * event type the Streamable HTTP transport uses). Like every local answer it never carries
+ * Mcp-Session-Id (the official client would take it as a new session).
+ */
+export function writeResult(res: ServerResponse, message: string, format: ResultFormat, headers?: Readonly<Record<string, string>>): void {
+  if (res.headersSent) {
+    res.destroy()
+    return
+  }
+  // JSON.stringify escapes every line break JSON can hold, so the message is one SSE data line.
+  const body = format === 'json' ? message : `event: message\ndata: ${message}\n\n`
+  res.statusCode = 200
+  if (headers) for (const name in headers) res.setHeader(name, headers[name])
+  res.setHeader('content-type', format === 'json' ? 'application/json' : 'text/event-stream')
+  res.setHeader('content-length', Buffer.byteLength(body))
+  res.end(body)
+}

@@ -1,0 +1,364 @@
+import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
+import { type Exchange, type JsonRpcId, hasControlCharacters } from '../pipeline/exchange'
+import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
+import type { CompiledPolicy } from './compile'
+
+/**
+ * What each list answer holds: the result member with the entries, the field that names an entry's
+ * target, and the call the policy would judge for that target. An entry is listed iff that call
+ * would be allowed for the caller.
+ */
+interface ListKind {
+  readonly key: string
+  readonly field: string
+  readonly judgedAs: string
+  /** The list method (for the audit reason of the call that asked). */
+  readonly method: string
+}
+
+const KINDS: readonly ListKind[] = [
+  { key: 'tools', field: 'name', judgedAs: 'tools/call', method: 'tools/list' },
+  { key: 'prompts', field: 'name', judgedAs: 'prompts/get', method: 'prompts/list' },
+  { key: 'resources', field: 'uri', judgedAs: 'resources/read', method: 'resources/list' },
+  // A template is judged by its text: `file:///docs/{name}` is listed when `file:///docs/*` may be read.
+  { key: 'resourceTemplates', field: 'uriTemplate', judgedAs: 'resources/read', method: 'resources/templates/list' },
+]
+
+export const LIST_METHODS: readonly string[] = KINDS.map((k) => k.method)
+
+/**
+ * The policy the filter judges with: the one in force now, so a stream opened before a reload follows
+ * the new rules. Null while nothing is to be hidden (filter_lists off, no policy, or one that can deny
+ * nothing): a filter of an older chain then lets every answer pass.
+ */
+export interface ListFilterState {
+  current: CompiledPolicy | null
+  /** `<session>\n<id>` of every list call in flight in a session, with how many (see `run`). */
+  readonly pending: Map<string, number>
+}
+
+export function listFilterState(): ListFilterState {
+  return { current: null, pending: new Map() }
+}
+
+const REUSED_ID: Refusal = {
+  status: 409,
+  decision: 'error',
+  rpcCode: INVALID_REQUEST,
+  reason: 'request id reuses the id of a list call still in flight in this session',
+  message: 'Request id already in use in this session',
+}
+
+/**
+ * Hides from list answers what the caller may not use (docs/policy.md, "What an agent sees"). It
+ * reads the answers of the four list methods and every server-to-client stream (a GET stream, the
+ * legacy /sse stream: a list answer can arrive there too, by resumption or on the legacy
+ * transport). An answer is recognised by its shape, never by its id: ids are the caller's to choose,
+ * and a batch with two list calls under one id must not make a tools list pass as a prompts list.
+ *
+ * Nothing is re-encoded: removed entries are cut out of the text and every other byte stays as the
+ * upstream sent it; an answer where nothing is hidden keeps its original bytes.
+ */
+export function listFilterStage(state: ListFilterState): Stage {
+  const registered = new WeakSet<Exchange>()
+  return {
+    name: 'list-filter',
+    answers: { methods: LIST_METHODS, reads: 'messages', streams: true },
+    /**
+     * A stateful server (the official SDKs) sends an answer to the stream of the latest POST that
+     * carried its id. A call that reuses the id of a list call still running in the same session
+     * would receive that list on its own stream, which the filter does not read: refused, as MCP
+     * forbids reusing an id within a session.
+     */
+    run(ex: Exchange) {
+      const session = ex.req.headers['mcp-session-id']
+      const calls = ex.calls
+      if (typeof session !== 'string' || calls.length === 0) return CONTINUE
+      const pending = state.pending
+      if (pending.size > 0) {
+        for (let i = 0; i < calls.length; i++) if (calls[i].id !== undefined && pending.has(idKey(session, calls[i].id))) return REUSED_ID
+      }
+      for (let i = 0; i < calls.length; i++) {
+        const call = calls[i]
+        if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
+        const key = idKey(session, call.id)
+        pending.set(key, (pending.get(key) ?? 0) + 1)
+        registered.add(ex)
+      }
+      return CONTINUE
+    },
+    finish(ex: Exchange) {
+      if (!registered.delete(ex)) return
+      const session = ex.req.headers['mcp-session-id'] as string
+      for (const call of ex.calls) {
+        if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
+        const key = idKey(session, call.id)
+        const left = (state.pending.get(key) ?? 1) - 1
+        if (left <= 0) state.pending.delete(key)
+        else state.pending.set(key, left)
+      }
+    },
+    onMessage(ex: Exchange, message: string): string {
+      // Requests, notifications and errors carry no list: most stream traffic stops here (a key can
+      // be written with escapes, `"resul\u0074"`, so any escape goes on to the full reading).
+      if (!message.includes('"result"') && !message.includes('\\u')) return message
+      const policy = state.current
+      if (policy === null) return message
+      const principal = ex.principal
+      const judge = (kind: ListKind, target: string): boolean =>
+        usable(kind, target) &&
+        policy.effectOf(policy.match(principal?.identity ?? '', principal?.tenant ?? '', kind.judgedAs, target)) === 'allow'
+      const filtered = filterListMessage(message, judge)
+      if (filtered.counts.length > 0) noteHidden(ex, filtered.counts)
+      return filtered.text
+    },
+  }
+}
+
+/**
+ * Whether the gateway would take a call to this entry at all: a name with control characters, or a
+ * URI (template) not in normal form, is refused with a 400 before policy (jsonrpc/parse.ts), so
+ * listing it would offer the caller something it cannot use.
+ */
+function usable(kind: ListKind, target: string): boolean {
+  if (hasControlCharacters(target)) return false
+  if (kind.key === 'resources') return resourceUriProblem(target) === null
+  if (kind.key === 'resourceTemplates') return resourceTemplateProblem(target) === null
+  return true
+}
+
+/** How many entries of one list answer were hidden, of how many. */
+export interface HiddenCount {
+  readonly id: unknown
+  readonly kind: ListKind
+  readonly hidden: number
+  readonly total: number
+}
+
+/**
+ * Filters the list answers in one JSON-RPC message or batch (a JSON body, one SSE event's data).
+ * Returns the same string when nothing was hidden, and the counts of every list answer seen that
+ * hid something. Text that is not JSON is returned as it is: no JSON client could read a list in it.
+ */
+export function filterListMessage(
+  text: string,
+  allowed: (kind: ListKind, target: string) => boolean,
+): { text: string; counts: HiddenCount[] } {
+  // A byte order mark: JSON.parse refuses it, but clients that decode the body as UTF-8 drop it and
+  // read the list behind it, so it is judged as they read it.
+  if (text.charCodeAt(0) === 0xfeff) {
+    const inner = filterListMessage(text.slice(1), allowed)
+    return inner.text === text.slice(1) ? { text, counts: inner.counts } : inner
+  }
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(text)
+  } catch {
+    return { text, counts: [] }
+  }
+  const messages = Array.isArray(parsed) ? parsed : [parsed]
+  // [message index, kind, entry indices to remove]
+  const removals: Array<[number, ListKind, number[]]> = []
+  const counts: HiddenCount[] = []
+  for (let m = 0; m < messages.length; m++) {
+    const result = resultOf(messages[m])
+    if (result === null) continue
+    for (const kind of KINDS) {
+      const entries = result[kind.key]
+      if (!Array.isArray(entries)) continue
+      const remove: number[] = []
+      for (let i = 0; i < entries.length; i++) {
+        const entry: unknown = entries[i]
+        const target = entry !== null && typeof entry === 'object' ? (entry as Record<string, unknown>)[kind.field] : undefined
+        if (!allowed(kind, typeof target === 'string' ? target : '')) remove.push(i)
+      }
+      if (remove.length === 0) continue
+      removals.push([m, kind, remove])
+      counts.push({ id: (messages[m] as Record<string, unknown>).id, kind, hidden: remove.length, total: entries.length })
+    }
+  }
+  if (removals.length === 0) return { text, counts }
+  return { text: cutEntries(text, Array.isArray(parsed), removals, messages), counts }
+}
+
+function resultOf(message: unknown): Record<string, unknown> | null {
+  if (message === null || typeof message !== 'object' || Array.isArray(message)) return null
+  const result = (message as Record<string, unknown>).result
+  return result !== null && typeof result === 'object' && !Array.isArray(result) ? (result as Record<string, unknown>) : null
+}
+
+/**
+ * Cuts the removed entries out of the text. The entries were judged on JSON.parse's reading, where
+ * the last of duplicate keys wins; a client that keeps the first would read another array, so a
+ * message with a duplicated `result` or list key is re-encoded whole (from the parsed value, entries
+ * removed) instead: then every reader sees the one array that was judged.
+ */
+function cutEntries(text: string, batch: boolean, removals: Array<[number, ListKind, number[]]>, messages: unknown[]): string {
+  const scan = new Spans(text)
+  const first = scan.valueStart(0)
+  const messageSpans = batch ? scan.elements(first) : [[first, scan.valueEnd(first)]]
+  const byMessage = new Map<number, Array<[ListKind, number[]]>>()
+  for (const [m, kind, remove] of removals) {
+    const list = byMessage.get(m)
+    if (list === undefined) byMessage.set(m, [[kind, remove]])
+    else list.push([kind, remove])
+  }
+  // Cuts never overlap (one per list array, or one per re-encoded message); applied from the end of
+  // the text backwards, earlier offsets stay valid.
+  const cuts: Array<[number, number, string]> = []
+  for (const [m, kinds] of byMessage) {
+    const [start, end] = messageSpans[m]
+    const results = scan.members(start, 'result')
+    const arrays = results.length === 1 ? kinds.map(([kind]) => scan.members(results[0][0], kind.key)) : []
+    if (results.length !== 1 || arrays.some((spans) => spans.length !== 1)) {
+      const result = (messages[m] as Record<string, unknown>).result as Record<string, unknown>
+      for (const [kind, remove] of kinds) {
+        const drop = new Set(remove)
+        result[kind.key] = (result[kind.key] as unknown[]).filter((_, i) => !drop.has(i))
+      }
+      cuts.push([start, end, JSON.stringify(messages[m])])
+      continue
+    }
+    for (let k = 0; k < kinds.length; k++) {
+      const [open, close] = arrays[k][0]
+      const drop = new Set(kinds[k][1])
+      const kept = scan.elements(open).filter((_, i) => !drop.has(i))
+      // Entries kept are copied as written; the separators between them become a plain comma.
+      cuts.push([open, close, `[${kept.map(([s, e]) => text.slice(s, e)).join(',')}]`])
+    }
+  }
+  // Built once from the pieces between the cuts: a batch of large lists must not copy the whole text per cut.
+  cuts.sort((a, b) => a[0] - b[0])
+  const parts: string[] = []
+  let from = 0
+  for (const [s, e, replacement] of cuts) {
+    parts.push(text.slice(from, s), replacement)
+    from = e
+  }
+  parts.push(text.slice(from))
+  return parts.join('')
+}
+
+/** Notes on the audit entry how many entries each list answer hid (docs/policy.md). */
+function noteHidden(ex: Exchange, counts: readonly HiddenCount[]): void {
+  for (const count of counts) {
+    const call = ex.calls.find((c) => c.id === count.id && c.method === count.kind.method && !c.reason.includes(LIST_NOTE))
+    if (call !== undefined) {
+      const note = `${LIST_NOTE}${count.hidden} of ${count.total} ${count.kind.key} hidden`
+      call.reason = call.reason ? `${call.reason}; ${note}` : note
+      continue
+    }
+    // A stream (or an answer no call of this request asked for): one running total per kind, so a
+    // stream that carries a thousand lists has one short reason, not a thousand notes.
+    let totals = streamTotals.get(ex)
+    if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
+    const sum = totals.get(count.kind.key) ?? { hidden: 0, total: 0, answers: 0 }
+    totals.set(count.kind.key, { hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
+    const notes = [...totals].map(
+      ([key, t]) => `${t.hidden} of ${t.total} ${key} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`,
+    )
+    const previous = ex.reason.indexOf(LIST_NOTE)
+    const before = previous < 0 ? ex.reason : ex.reason.slice(0, previous).replace(/; $/, '')
+    ex.reason = `${before ? `${before}; ` : ''}${LIST_NOTE}${notes.join(', ')}`
+  }
+}
+
+function idKey(session: string, id: JsonRpcId | undefined): string {
+  return `${session}\n${typeof id === 'string' ? 's' : 'n'}${String(id)}`
+}
+
+const LIST_NOTE = 'list filtered by policy: '
+interface StreamTotal {
+  readonly hidden: number
+  readonly total: number
+  readonly answers: number
+}
+const streamTotals = new WeakMap<Exchange, Map<string, StreamTotal>>()
+
+/**
+ * Finds where values lie in a JSON text already known to be valid (JSON.parse accepted it): value
+ * starts and ends, the members of an object with a given key, the elements of an array.
+ */
+class Spans {
+  constructor(private readonly text: string) {}
+
+  valueStart(i: number): number {
+    const t = this.text
+    while (i < t.length && (t.charCodeAt(i) === 0x20 || t.charCodeAt(i) === 0x0a || t.charCodeAt(i) === 0x0d || t.charCodeAt(i) === 0x09))
+      i++
+    return i
+  }
+
+  /** The index just after the value starting at `i`. */
+  valueEnd(i: number): number {
+    const t = this.text
+    const c = t.charCodeAt(i)
+    if (c === QUOTE) return this.stringEnd(i)
+    if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
+      let depth = 0
+      for (let j = i; j < t.length; j++) {
+        const d = t.charCodeAt(j)
+        if (d === QUOTE) j = this.stringEnd(j) - 1
+        else if (d === OPEN_OBJECT || d === OPEN_ARRAY) depth++
+        else if (d === CLOSE_OBJECT || d === CLOSE_ARRAY) {
+          if (--depth === 0) return j + 1
+        }
+      }
+      return t.length
+    }
+    // A number, true, false or null: up to the next delimiter.
+    let j = i
+    while (j < t.length && !DELIMITERS.includes(t[j])) j++
+    return j
+  }
+
+  private stringEnd(i: number): number {
+    const t = this.text
+    for (let j = i + 1; j < t.length; j++) {
+      const c = t.charCodeAt(j)
+      if (c === BACKSLASH) j++
+      else if (c === QUOTE) return j + 1
+    }
+    return t.length
+  }
+
+  /** [start, end) of each value of the object at `i` whose key (decoded) is `key`, in order. */
+  members(i: number, key: string): Array<[number, number]> {
+    const out: Array<[number, number]> = []
+    const t = this.text
+    let j = this.valueStart(i + 1)
+    while (t.charCodeAt(j) !== CLOSE_OBJECT) {
+      const keyEnd = this.stringEnd(j)
+      const name = JSON.parse(t.slice(j, keyEnd)) as string
+      const start = this.valueStart(this.valueStart(keyEnd) + 1) // past the colon
+      const end = this.valueEnd(start)
+      if (name === key) out.push([start, end])
+      j = this.valueStart(end)
+      if (t.charCodeAt(j) === COMMA) j = this.valueStart(j + 1)
+    }
+    return out
+  }
+
+  /** [start, end) of each element of the array at `i`. */
+  elements(i: number): Array<[number, number]> {
+    const out: Array<[number, number]> = []
+    const t = this.text
+    let j = this.valueStart(i + 1)
+    while (t.charCodeAt(j) !== CLOSE_ARRAY) {
+      const end = this.valueEnd(j)
+      out.push([j, end])
+      j = this.valueStart(end)
+      if (t.charCodeAt(j) === COMMA) j = this.valueStart(j + 1)
+    }
+    return out
+  }
+}
+
+const QUOTE = 0x22
+const BACKSLASH = 0x5c
+const COMMA = 0x2c
+const OPEN_OBJECT = 0x7b
+const CLOSE_OBJECT = 0x7d
+const OPEN_ARRAY = 0x5b
+const CLOSE_ARRAY = 0x5d
+const DELIMITERS = ',]} \t\r\n'
