@@ -14,7 +14,7 @@ import { type BenchContext, type BenchRow, type BenchSection, formatRow, interle
 import { startBareForwarder, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 
 /** Files other areas own; each may export `sections`. Loaded only when compiled and present. */
-const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack']
+const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack', 'lists']
 /** The whole run must stay under two minutes; sections that would pass this are skipped. */
 const TOTAL_BUDGET_SECONDS = 116
 

@@ -312,14 +312,18 @@ class Spans {
     return j
   }
 
+  /** The index just after the string starting at `i`: the next quote not escaped by an odd run of backslashes. */
   private stringEnd(i: number): number {
     const t = this.text
-    for (let j = i + 1; j < t.length; j++) {
-      const c = t.charCodeAt(j)
-      if (c === BACKSLASH) j++
-      else if (c === QUOTE) return j + 1
+    let from = i + 1
+    for (;;) {
+      const q = t.indexOf('"', from)
+      if (q < 0) return t.length
+      let b = q - 1
+      while (b > i && t.charCodeAt(b) === BACKSLASH) b--
+      if ((q - 1 - b) % 2 === 0) return q + 1
+      from = q + 1
     }
-    return t.length
   }
 
   /** [start, end) of each value of the object at `i` whose key (decoded) is `key`, in order. */
