@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
 
 /**
  * The loop breaker's name for a call: a SHA-256 of the tool name and the canonical JSON of its
@@ -31,18 +32,6 @@ export function callFingerprint(tool: string, body: Buffer, start: number, end: 
 
 /** Arguments up to this size are canonicalized (~10 ms at most); longer ones are hashed as sent. */
 export const CANONICAL_MAX_BYTES = 64 * 1024
-
-const SPACE = 0x20
-const TAB = 0x09
-const LF = 0x0a
-const CR = 0x0d
-const QUOTE = 0x22
-const BACKSLASH = 0x5c
-const OPEN_OBJECT = 0x7b
-const CLOSE_OBJECT = 0x7d
-const OPEN_ARRAY = 0x5b
-const CLOSE_ARRAY = 0x5d
-const COMMA = 0x2c
 
 class Canonicalizer {
   constructor(
@@ -119,10 +108,10 @@ class Canonicalizer {
   }
 
   private skipSpace(): void {
-    for (let c = this.b[this.i]; c === SPACE || c === TAB || c === LF || c === CR; c = this.b[++this.i]);
+    while (isJsonSpace(this.b[this.i])) this.i++
   }
 }
 
 function isDelimiter(c: number): boolean {
-  return c === COMMA || c === CLOSE_OBJECT || c === CLOSE_ARRAY || c === SPACE || c === TAB || c === LF || c === CR
+  return c === COMMA || c === CLOSE_OBJECT || c === CLOSE_ARRAY || isJsonSpace(c)
 }

@@ -3,6 +3,7 @@ import { type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/
 import { INVALID_REQUEST, PARSE_ERROR } from '../pipeline/stage'
 import { quoted, resourceTemplateProblem, resourceUriProblem } from './resource-uri'
 import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
+import { OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-bytes'
 
 export type ParseResult = { ok: true; calls: RpcCall[]; batch: boolean } | { ok: false; code: number; id: JsonRpcId; reason: string }
 
@@ -103,8 +104,6 @@ function member(members: readonly Member[] | null, key: string): Member | undefi
   return undefined
 }
 
-const QUOTE = 0x22
-
 /** The text of a string member, or undefined when it is absent or not a string. */
 function text(body: Buffer, m: Member | undefined): string | undefined {
   if (m === undefined || m.kind !== QUOTE) return undefined
@@ -126,12 +125,9 @@ function readId(body: Buffer, m: Member): JsonRpcId | string {
   return 'id must be a string, an integer or null'
 }
 
-const OBJECT = 0x7b
-const ARRAY = 0x5b
-
 /** Returns the classified message, or a string saying why it is not valid JSON-RPC. */
 function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
-  if (message.kind !== OBJECT) return 'message is not a JSON object'
+  if (message.kind !== OPEN_OBJECT) return 'message is not a JSON object'
   if (message.overflow === 'the message') return `message has more than ${MAX_MEMBERS} members`
   const members = message.members
   const envelopeProblem = ambiguousKeys(members, ENVELOPE, 'the message')
@@ -156,7 +152,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (method === undefined || method === '') return 'method must be a non-empty string'
   if (hasControlCharacters(method)) return 'method contains control characters'
   const paramsMember = member(members, 'params')
-  if (paramsMember !== undefined && paramsMember.kind !== OBJECT && paramsMember.kind !== ARRAY)
+  if (paramsMember !== undefined && paramsMember.kind !== OPEN_OBJECT && paramsMember.kind !== OPEN_ARRAY)
     return 'params must be an object or an array'
   if (method === 'completion/complete') return completionCall(body, message, id)
   if (!isGatedMethod(method))
@@ -225,7 +221,7 @@ function gatedCall(id: JsonRpcId | undefined, method: string, policyMethod: stri
 /** The id to echo when a single message was refused, if it could be read. */
 function readableId(body: Buffer, message: ScannedMessage | undefined): JsonRpcId {
   // An id among ambiguous keys (two of them, say) is not echoed: which one would be a guess.
-  if (message === undefined || message.kind !== OBJECT || ambiguousKeys(message.members, ENVELOPE, '') !== null) return null
+  if (message === undefined || message.kind !== OPEN_OBJECT || ambiguousKeys(message.members, ENVELOPE, '') !== null) return null
   const m = member(message.members, 'id')
   if (m === undefined) return null
   const id = readId(body, m)

@@ -1,4 +1,5 @@
 import { isUtf8 } from 'node:buffer'
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from './json-bytes'
 
 /**
  * One member of an object the gateway reads: its decoded key and where its value sits in the body.
@@ -44,13 +45,6 @@ export interface ScanLimits {
   readonly maxBatchMessages: number
 }
 
-const QUOTE = 0x22
-const BACKSLASH = 0x5c
-const OPEN_OBJECT = 0x7b
-const CLOSE_OBJECT = 0x7d
-const OPEN_ARRAY = 0x5b
-const CLOSE_ARRAY = 0x5d
-
 // Parser states: what the next token may be.
 const VALUE = 0
 const VALUE_OR_END = 1 // just after `[`
@@ -58,11 +52,6 @@ const KEY = 2
 const KEY_OR_END = 3 // just after `{`
 const AFTER_VALUE = 4
 const DONE = 5
-
-/** RFC 8259 §2: the only four whitespace bytes; a BOM or NBSP is not one (Go and Python agree). */
-function isSpace(c: number): boolean {
-  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09
-}
 
 function isDigit(c: number): boolean {
   return c >= 0x30 && c <= 0x39
@@ -143,7 +132,7 @@ export class JsonScanner {
     const n = b.length
     let i = this.i
     for (;;) {
-      while (i < n && isSpace(b[i])) i++
+      while (i < n && isJsonSpace(b[i])) i++
       if (this.state === DONE) {
         if (i < n) throw this.malformed(i, 'unexpected data after the JSON value')
         this.i = i
@@ -285,7 +274,7 @@ export class JsonScanner {
       }
     }
     const b = this.body
-    while (j < b.length && isSpace(b[j])) j++
+    while (j < b.length && isJsonSpace(b[j])) j++
     if (b[j] !== 0x3a) throw this.malformed(j, "expected ':' after a key")
     this.state = VALUE
     return j + 1

@@ -1,3 +1,4 @@
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
 import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
 import { type Exchange, type JsonRpcId, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
@@ -284,8 +285,7 @@ class Spans {
 
   valueStart(i: number): number {
     const t = this.text
-    while (i < t.length && (t.charCodeAt(i) === 0x20 || t.charCodeAt(i) === 0x0a || t.charCodeAt(i) === 0x0d || t.charCodeAt(i) === 0x09))
-      i++
+    while (i < t.length && isJsonSpace(t.charCodeAt(i))) i++
     return i
   }
 
@@ -358,11 +358,4 @@ class Spans {
   }
 }
 
-const QUOTE = 0x22
-const BACKSLASH = 0x5c
-const COMMA = 0x2c
-const OPEN_OBJECT = 0x7b
-const CLOSE_OBJECT = 0x7d
-const OPEN_ARRAY = 0x5b
-const CLOSE_ARRAY = 0x5d
 const DELIMITERS = ',]} \t\r\n'
