@@ -40,14 +40,21 @@ export function startBareForwarder(upstreamUrl: string): Promise<BenchServer> {
 }
 
 function startWorker(job: WorkerJob): Promise<BenchServer> {
-  // Compiled to dist/bench/; the worker file sits beside this one.
-  const worker = new Worker(join(__dirname, 'server-worker.js'), { workerData: job })
+  return startBenchWorker('server-worker.js', job, job.kind)
+}
+
+/**
+ * A server in a worker thread (`file`, compiled beside this one in dist/bench/): it posts `{ url }` (or
+ * `{ error }`) once listening and exits on 'stop'.
+ */
+export function startBenchWorker(file: string, workerData: unknown, what: string): Promise<BenchServer> {
+  const worker = new Worker(join(__dirname, file), { workerData })
   return new Promise((resolve, reject) => {
     worker.once('error', reject)
     worker.once('message', (msg: { url?: string; error?: string }) => {
       if (msg.error !== undefined || msg.url === undefined) {
         void worker.terminate()
-        reject(new Error(`bench ${job.kind} did not start: ${msg.error ?? 'no url'}`))
+        reject(new Error(`bench ${what} did not start: ${msg.error ?? 'no url'}`))
         return
       }
       resolve({

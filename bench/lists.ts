@@ -21,8 +21,6 @@
  * noisier than core's; the ratios are taken per round between scenarios run back to back.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { join } from 'node:path'
-import { Worker } from 'node:worker_threads'
 import { request } from 'undici'
 import { parseConfig } from '../src/config/load'
 import type { PolicyConfig } from '../src/config/types'
@@ -33,7 +31,7 @@ import { type Stage, finishStages, runStages } from '../src/pipeline/stage'
 import { type CompiledPolicy, compilePolicy } from '../src/policy/compile'
 import { type filterListMessage, listFilterStage, listFilterState } from '../src/policy/list-filter'
 import { policyStage, policyVerdictStage } from '../src/policy/stage'
-import { type BenchServer, TOOL_CALL_BODY, benchHeaders, startBenchGateway, toolCallLoad } from './fixtures'
+import { type BenchServer, TOOL_CALL_BODY, benchHeaders, startBenchGateway, startBenchWorker, toolCallLoad } from './fixtures'
 import type { ListUpstreamJob } from './lists-upstream'
 import { type BenchRow, type BenchSection, type LoadResult, median, runLoad, summarize } from './load'
 import { syntheticPolicy } from './policy'
@@ -249,20 +247,7 @@ export async function measureAllowPath(rounds: number, ms: number): Promise<{ wi
 /** The list upstream (bench/lists-upstream.ts) on port 0 in a worker thread. */
 function startListUpstream(): Promise<BenchServer> {
   const job: ListUpstreamJob = { listAnswer: LIST_ANSWER }
-  const worker = new Worker(join(__dirname, 'lists-upstream.js'), { workerData: job })
-  return new Promise((resolve, reject) => {
-    worker.once('error', reject)
-    worker.once('message', (msg: { url: string }) =>
-      resolve({
-        url: msg.url,
-        close: () =>
-          new Promise<void>((done) => {
-            worker.once('exit', () => done())
-            worker.postMessage('stop')
-          }),
-      }),
-    )
-  })
+  return startBenchWorker('lists-upstream.js', job, 'list upstream')
 }
 
 /** The tools this caller gets back through `base` (JSON or SSE answer). */
