@@ -76,7 +76,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   const sessionId = ex.sessionId
   const calls = ex.calls
   if (!ex.batch) {
-    const call = calls.length === 1 ? calls[0] : null
+    const call = ex.single
     const method = call === null ? (ex.req.method ?? '') : call.method || 'response'
     const decision = requestDecision(ex)
     return [

@@ -2,6 +2,7 @@ import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import { type ConcurrencyLimiter, concurrencyKey } from './limiter'
+import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
 
 /**
  * Right after auth: one identity may have at most `limiter.maxPerKey` requests in flight, GET/SSE
@@ -61,8 +62,7 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
  * notification of that name: either would carry other calls past the cap.
  */
 function passesCap(ex: Exchange): boolean {
-  const calls = ex.calls
-  if (ex.batch || calls.length !== 1 || calls[0].id === undefined) return false
-  const method = calls[0].method
-  return method === 'initialize' || method === 'subscriptions/listen'
+  const call = ex.single
+  if (call === null || call.id === undefined) return false
+  return call.method === 'initialize' || call.method === SUBSCRIPTIONS_LISTEN
 }

@@ -70,8 +70,8 @@ export function mcpHeadersStage(): Stage {
  */
 export function isStream(ex: Exchange): boolean {
   if (ex.req.method === 'GET') return true
-  const calls = ex.calls
-  return !ex.batch && calls.length === 1 && calls[0].method === SUBSCRIPTIONS_LISTEN && calls[0].id !== undefined
+  const call = ex.single
+  return call !== null && call.method === SUBSCRIPTIONS_LISTEN && call.id !== undefined
 }
 
 function headerProblem(ex: Exchange, method: string | undefined, name: string | undefined): Refusal | null {

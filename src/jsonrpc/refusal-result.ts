@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http'
 import type { Exchange } from '../pipeline/exchange'
 import type { Refusal } from '../pipeline/stage'
+import { sseMessageEvent, writeLocalBody } from './reply'
 
 /**
  * `tool_refusals: result`: a refused tools/call answered the way MCP reports a tool error the model
@@ -15,9 +16,8 @@ import type { Refusal } from '../pipeline/stage'
  */
 export function refusalResultMessage(ex: Exchange, refusal: Refusal): string | null {
   const text = refusal.agentText
-  if (text === undefined || ex.batch || ex.calls.length !== 1) return null
-  const call = ex.calls[0]
-  if (call.method !== 'tools/call' || call.id === undefined) return null
+  const call = ex.single
+  if (text === undefined || call === null || call.method !== 'tools/call' || call.id === undefined) return null
   const meta = { ...(refusal.agentMeta ?? refusal.data), decision: refusal.decision }
   return JSON.stringify({ jsonrpc: '2.0', id: call.id, result: { content: [{ type: 'text', text }], isError: true, _meta: meta } })
 }
@@ -55,15 +55,6 @@ export function resultFormat(accept: string | undefined): ResultFormat | null {
  * Mcp-Session-Id (the official client would take it as a new session).
  */
 export function writeResult(res: ServerResponse, message: string, format: ResultFormat, headers?: Readonly<Record<string, string>>): void {
-  if (res.headersSent) {
-    res.destroy()
-    return
-  }
-  // JSON.stringify escapes every line break JSON can hold, so the message is one SSE data line.
-  const body = format === 'json' ? message : `event: message\ndata: ${message}\n\n`
-  res.statusCode = 200
-  if (headers) for (const name in headers) res.setHeader(name, headers[name])
-  res.setHeader('content-type', format === 'json' ? 'application/json' : 'text/event-stream')
-  res.setHeader('content-length', Buffer.byteLength(body))
-  res.end(body)
+  if (format === 'json') writeLocalBody(res, 200, 'application/json', message, headers)
+  else writeLocalBody(res, 200, 'text/event-stream', sseMessageEvent(message), headers)
 }

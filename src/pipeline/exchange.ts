@@ -110,11 +110,14 @@ export class Exchange {
     readonly startedMonoMs: number,
   ) {}
 
+  /** The body's one message, or null for a batch (even of one) and for a request without JSON-RPC. */
+  get single(): RpcCall | null {
+    return this.batch || this.calls.length !== 1 ? null : this.calls[0]
+  }
+
   /** The id to echo in an error body: the single message's id, else null (batches, unparsed). */
   get replyId(): JsonRpcId {
-    if (this.batch || this.calls.length !== 1) return null
-    const id = this.calls[0].id
-    return id === undefined ? null : id
+    return this.single?.id ?? null
   }
 
   get sessionId(): string {

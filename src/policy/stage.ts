@@ -61,7 +61,7 @@ export const policyVerdictStage: Stage = {
     // A single tools/call's denial also speaks to a model (tool_refusals: result), naming the tool it
     // called and never the rule. The name is the caller's, so the text is built here, per denied call:
     // the allow path pays nothing for it.
-    const call = !ex.batch && ex.calls.length === 1 ? ex.calls[0] : null
+    const call = ex.single
     if (call === null || call.method !== 'tools/call') return denial
     return { ...denial, agentText: `Tool ${call.target} is not allowed for you by policy. Do not retry it.` }
   },

@@ -4,7 +4,7 @@ import type { AuditTrail } from '../audit/trail'
 import type { ToolRefusals } from '../config/types'
 import { WardlineError, describeError } from '../errors'
 import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refusal-result'
-import { writeRpcError } from '../jsonrpc/reply'
+import { writeLocalBody, writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
 import { setCorsHeaders } from '../pipeline/cors'
 import { Exchange } from '../pipeline/exchange'
@@ -170,10 +170,10 @@ function answerAsResult(
   headers: Readonly<Record<string, string>> | undefined,
   legacy: LegacyStreams | null,
 ): boolean {
-  const format = resultFormat(ex.req.headers.accept)
-  if (format === null) return legacy !== null && answerOnLegacyStream(ex, refusal, headers, legacy)
   const message = refusalResultMessage(ex, refusal)
   if (message === null) return false
+  const format = resultFormat(ex.req.headers.accept)
+  if (format === null) return legacy !== null && answerOnLegacyStream(ex, message, headers, legacy)
   ex.status = 200
   writeResult(ex.res, message, format, headers)
   return true
@@ -186,20 +186,15 @@ function answerAsResult(
  */
 function answerOnLegacyStream(
   ex: Exchange,
-  refusal: Refusal,
+  message: string,
   headers: Readonly<Record<string, string>> | undefined,
   legacy: LegacyStreams,
 ): boolean {
   if (ex.req.headers['mcp-session-id'] !== undefined) return false
   const sessionId = ex.sessionId
-  if (sessionId === '') return false
-  const message = refusalResultMessage(ex, refusal)
-  if (message === null || !legacy.deliver(sessionId, ex, message)) return false
+  if (sessionId === '' || !legacy.deliver(sessionId, ex, message)) return false
   ex.status = 202
-  ex.res.statusCode = 202
-  if (headers) for (const name in headers) ex.res.setHeader(name, headers[name])
-  ex.res.setHeader('content-type', 'text/plain')
-  ex.res.end('Accepted')
+  writeLocalBody(ex.res, 202, 'text/plain', 'Accepted', headers)
   return true
 }
 

@@ -1,3 +1,4 @@
+import { sseMessageEvent } from '../jsonrpc/reply'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Stage } from '../pipeline/stage'
 
@@ -25,7 +26,7 @@ export class LegacyStreams {
     if (a?.identity !== b?.identity || a?.tenant !== b?.tenant) return false
     // The relay writes only whole events (upstream/sse-messages.ts), so between two of its writes the
     // stream is always at an event boundary, where this event fits.
-    stream.res.write(`event: message\ndata: ${message}\n\n`)
+    stream.res.write(sseMessageEvent(message))
     return true
   }
 
