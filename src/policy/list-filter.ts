@@ -29,8 +29,8 @@ export const LIST_METHODS: readonly string[] = KINDS.map((k) => k.method)
 
 /**
  * The policy the filter judges with: the one in force now, so a stream opened before a reload follows
- * the new rules. Null while nothing is to be hidden (filter_lists off, no policy, or one that can deny
- * nothing): a filter of an older chain then lets every answer pass.
+ * the new rules. Null while the policy in force can deny nothing (or there is none, or filter_lists is
+ * off): a filter of an older chain then lets every answer pass.
  */
 export interface ListFilterState {
   current: CompiledPolicy | null
@@ -57,8 +57,9 @@ const REUSED_ID: Refusal = {
  * transport). An answer is recognised by its shape, never by its id: ids are the caller's to choose,
  * and a batch with two list calls under one id must not make a tools list pass as a prompts list.
  *
- * Nothing is re-encoded: removed entries are cut out of the text and every other byte stays as the
- * upstream sent it; an answer where nothing is hidden keeps its original bytes.
+ * Removed entries are cut out of the text and every other byte stays as the upstream sent it (only a
+ * message with duplicated keys is re-encoded, see cutEntries); an answer where nothing is hidden
+ * keeps its original bytes.
  */
 export function listFilterStage(state: ListFilterState): Stage {
   const registered = new WeakSet<Exchange>()
@@ -89,6 +90,7 @@ export function listFilterStage(state: ListFilterState): Stage {
       return CONTINUE
     },
     finish(ex: Exchange) {
+      noteStreamTotals(ex)
       if (!registered.delete(ex)) return
       const session = ex.req.headers['mcp-session-id'] as string
       for (const call of ex.calls) {
@@ -106,9 +108,10 @@ export function listFilterStage(state: ListFilterState): Stage {
       const policy = state.current
       if (policy === null) return message
       const principal = ex.principal
+      // The policy first: an entry it hides needs no URL parse.
       const judge = (kind: ListKind, target: string): boolean =>
-        usable(kind, target) &&
-        policy.effectOf(policy.match(principal?.identity ?? '', principal?.tenant ?? '', kind.judgedAs, target)) === 'allow'
+        policy.effectOf(policy.match(principal?.identity ?? '', principal?.tenant ?? '', kind.judgedAs, target)) === 'allow' &&
+        usable(kind, target)
       const filtered = filterListMessage(message, judge)
       if (filtered.counts.length > 0) noteHidden(ex, filtered.counts)
       return filtered.text
@@ -204,8 +207,7 @@ function cutEntries(text: string, batch: boolean, removals: Array<[number, ListK
     if (list === undefined) byMessage.set(m, [[kind, remove]])
     else list.push([kind, remove])
   }
-  // Cuts never overlap (one per list array, or one per re-encoded message); applied from the end of
-  // the text backwards, earlier offsets stay valid.
+  // Cuts never overlap: one per list array, or one per re-encoded message.
   const cuts: Array<[number, number, string]> = []
   for (const [m, kinds] of byMessage) {
     const [start, end] = messageSpans[m]
@@ -249,19 +251,23 @@ function noteHidden(ex: Exchange, counts: readonly HiddenCount[]): void {
       call.reason = call.reason ? `${call.reason}; ${note}` : note
       continue
     }
-    // A stream (or an answer no call of this request asked for): one running total per kind, so a
-    // stream that carries a thousand lists has one short reason, not a thousand notes.
+    // A stream (or an answer no call of this request asked for): one running total per kind, noted
+    // once when the request finishes, so a stream that carries a thousand lists has one short reason.
     let totals = streamTotals.get(ex)
     if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
     const sum = totals.get(count.kind.key) ?? { hidden: 0, total: 0, answers: 0 }
     totals.set(count.kind.key, { hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
-    const notes = [...totals].map(
-      ([key, t]) => `${t.hidden} of ${t.total} ${key} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`,
-    )
-    const previous = ex.reason.indexOf(LIST_NOTE)
-    const before = previous < 0 ? ex.reason : ex.reason.slice(0, previous).replace(/; $/, '')
-    ex.reason = `${before ? `${before}; ` : ''}${LIST_NOTE}${notes.join(', ')}`
   }
+}
+
+/** The finish phase: what a stream's list answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
+function noteStreamTotals(ex: Exchange): void {
+  const totals = streamTotals.get(ex)
+  if (totals === undefined) return
+  streamTotals.delete(ex)
+  const notes = [...totals].map(([key, t]) => `${t.hidden} of ${t.total} ${key} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`)
+  const note = `${LIST_NOTE}${notes.join(', ')}`
+  ex.reason = ex.reason ? `${ex.reason}; ${note}` : note
 }
 
 function idKey(session: string, id: JsonRpcId | undefined): string {
