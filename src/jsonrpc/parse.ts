@@ -146,7 +146,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
     if (idMember === undefined || (member(members, 'result') === undefined && member(members, 'error') === undefined)) {
       return 'message has neither a method nor a result or error'
     }
-    return { id, method: '', target: '', gated: false, policyMethod: '', reason: '', argumentsStart: -1, argumentsEnd: -1 }
+    return ungatedCall(id, '')
   }
   const method = text(body, methodMember)
   if (method === undefined || method === '') return 'method must be a non-empty string'
@@ -155,8 +155,7 @@ function classify(body: Buffer, message: ScannedMessage): RpcCall | string {
   if (paramsMember !== undefined && paramsMember.kind !== OPEN_OBJECT && paramsMember.kind !== OPEN_ARRAY)
     return 'params must be an object or an array'
   if (method === 'completion/complete') return completionCall(body, message, id)
-  if (!isGatedMethod(method))
-    return { id, method, target: '', gated: false, policyMethod: '', reason: '', argumentsStart: -1, argumentsEnd: -1 }
+  if (!isGatedMethod(method)) return ungatedCall(id, method)
   const params = message.params
   if (message.overflow === 'params') return `params has more than ${MAX_MEMBERS} members`
   if (params !== null) {
@@ -211,6 +210,11 @@ function completionCall(body: Buffer, message: ScannedMessage, id: JsonRpcId | u
   if (target === undefined) return `completion/complete needs params.ref.${kind.field} as a string for ${type}`
   const call = gatedCall(id, 'completion/complete', kind.judgedAs, target)
   return typeof call === 'string' || kind.field !== 'uri' ? call : (resourceTemplateProblem(target) ?? call)
+}
+
+/** A call no stage judges by its target (`method` '' for a response from the client). */
+function ungatedCall(id: JsonRpcId | undefined, method: string): RpcCall {
+  return { id, method, target: '', gated: false, policyMethod: '', reason: '', argumentsStart: -1, argumentsEnd: -1 }
 }
 
 function gatedCall(id: JsonRpcId | undefined, method: string, policyMethod: string, target: string, args?: Member): RpcCall | string {
