@@ -139,23 +139,29 @@ export function measureMicro(rounds: number, ms: number): MicroResult {
   state.current = compiled
   const stage = listFilterStage(state)
   if (stage.onMessage === undefined) throw new Error('lists bench: the list-filter stage reads no messages')
+  // Each exchange carries the tools/list call the answer belongs to, so the audit note lands on it.
+  const config = parseConfig('upstream: http://127.0.0.1:1\nauth: { mode: header }\n', { env: {} })
   const exchangeOf = (identity: string): Exchange => {
     const ex = new Exchange({ method: 'POST', headers: {} } as IncomingMessage, {} as ServerResponse, 'bench', 0, 0)
     ex.principal = { identity, tenant: 'acme' }
+    const parsed = parseMessages(Buffer.from(LIST_BODY), config.limits)
+    if (!parsed.ok) throw new Error(`the bench tools/list does not parse: ${parsed.reason}`)
+    ex.calls = parsed.calls
     return ex
   }
   const everyone = exchangeOf('bench')
   const reader = exchangeOf(READER)
   const filterFor = (ex: Exchange): string => {
-    ex.reason = '' // the audit note of the previous run, so it does not grow
+    ex.calls[0].reason = '' // the audit note of the previous run, so the next one is noted too
     return stage.onMessage!(ex, LIST_ANSWER)
   }
   // The figures mean something only if the filter does what they claim: check once, before measuring.
   const half = filterFor(reader)
   const kept = (JSON.parse(half) as { result: { tools: unknown[]; nextCursor: string } }).result
-  if (filterFor(everyone) !== LIST_ANSWER || everyone.reason !== '') throw new Error('lists bench: the unhidden answer was changed')
-  if (kept.tools.length !== TOOL_COUNT / 2 || kept.nextCursor !== 'page-2' || !reader.reason.includes('50 of 100 tools hidden')) {
-    throw new Error(`lists bench: the reader should see half the tools and the cursor (${reader.reason})`)
+  if (filterFor(everyone) !== LIST_ANSWER || everyone.calls[0].reason !== '')
+    throw new Error('lists bench: the unhidden answer was changed')
+  if (kept.tools.length !== TOOL_COUNT / 2 || kept.nextCursor !== 'page-2' || !reader.calls[0].reason.includes('50 of 100 tools hidden')) {
+    throw new Error(`lists bench: the reader should see half the tools and the cursor (${reader.calls[0].reason})`)
   }
   const judge = judgeFor(compiled, READER, 'acme')
   const names = (JSON.parse(LIST_ANSWER) as { result: { tools: Array<{ name: string }> } }).result.tools.map((t) => t.name)
