@@ -12,17 +12,20 @@ import { silentLogger } from '../src/log'
 import { benchHeaders, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 import { type BenchSection, interleave, median, summarize } from './load'
 
-const SECRET = 'bench-secret-that-is-long-enough-for-hs256-0123456789'
+export const JWT_SECRET = 'bench-secret-that-is-long-enough-for-hs256-0123456789'
 
-const jwtAuth = (cacheEntries: number): Record<string, unknown> => ({ mode: 'jwt', jwt: { secret: SECRET, cache_entries: cacheEntries } })
+const jwtAuth = (cacheEntries: number): Record<string, unknown> => ({
+  mode: 'jwt',
+  jwt: { secret: JWT_SECRET, cache_entries: cacheEntries },
+})
 
-async function benchToken(): Promise<string> {
+export async function benchToken(): Promise<string> {
   const now = Math.floor(Date.now() / 1000)
   return new SignJWT({ sub: 'bench', tenant: 'acme' })
     .setProtectedHeader({ alg: 'HS256' })
     .setIssuedAt(now)
     .setExpirationTime(now + 3600)
-    .sign(new TextEncoder().encode(SECRET))
+    .sign(new TextEncoder().encode(JWT_SECRET))
 }
 
 const auth: BenchSection = {
@@ -77,7 +80,7 @@ const auth: BenchSection = {
  */
 async function verifyNanoseconds(token: string): Promise<{ hit: number; miss: number; raw: number }> {
   const authenticator = await JwtAuthenticator.open(jwtConfig(), silentLogger())
-  const bytes = new TextEncoder().encode(SECRET)
+  const bytes = new TextEncoder().encode(JWT_SECRET)
   const ops = {
     hit: async () => void (await authenticator.verify(token)),
     miss: async () => void (await authenticator.verifyUncached(token)),

@@ -1,24 +1,17 @@
 /**
- * Servers for the benchmark, each on its own worker thread (its own event loop) so the load generator
- * in the main thread does not share a loop with what it measures: a trivial upstream that answers
- * every request with a JSON-RPC result (the figures measure the gateway, not an MCP server), and a
- * real gateway built from a YAML-shaped config tree exactly as an operator's file would be read.
+ * Servers for the benchmark (bench/servers.ts), each on its own worker thread (its own event loop) so
+ * the load generator in the main thread does not share a loop with what it measures.
  */
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { type BenchContext, type LoadResult, runLoad } from './load'
+import type { ServerJob } from './servers'
 
 export interface BenchServer {
   /** http://127.0.0.1:<port> */
   readonly url: string
   close(): Promise<void>
 }
-
-/** What bench/server-worker.ts is asked to start. */
-export type WorkerJob =
-  | { readonly kind: 'upstream' }
-  | { readonly kind: 'gateway'; readonly upstreamUrl: string; readonly tree: Record<string, unknown> }
-  | { readonly kind: 'forwarder'; readonly upstreamUrl: string }
 
 /** Starts the trivial upstream on port 0 in a worker thread. */
 export function startRawUpstream(): Promise<BenchServer> {
@@ -34,12 +27,7 @@ export function startBenchGateway(upstreamUrl: string, tree: Record<string, unkn
   return startWorker({ kind: 'gateway', upstreamUrl, tree })
 }
 
-/** The bare undici forwarder (bench/bare-forwarder.ts) in front of `upstreamUrl`, in a worker thread. */
-export function startBareForwarder(upstreamUrl: string): Promise<BenchServer> {
-  return startWorker({ kind: 'forwarder', upstreamUrl })
-}
-
-function startWorker(job: WorkerJob): Promise<BenchServer> {
+function startWorker(job: ServerJob): Promise<BenchServer> {
   return startBenchWorker('server-worker.js', job, job.kind)
 }
 

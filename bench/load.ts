@@ -225,3 +225,66 @@ function formatStatuses(statuses: Readonly<Record<string, number>>): string {
     .map((k) => `${k}×${statuses[k]}`)
     .join(' ')
 }
+
+export interface FixedRateOptions {
+  readonly url: string
+  readonly headers?: Readonly<Record<string, string>>
+  readonly body: string
+  /** Requests started per second, whatever the answers do (an open loop: a slow answer does not slow the sender). */
+  readonly ratePerSec: number
+  readonly durationMs: number
+  /** Connections the sender may open; a request waits for one when all are busy (and that wait is counted). */
+  readonly connections: number
+  readonly requestTimeoutMs?: number
+}
+
+/**
+ * Latency at a fixed arrival rate, the load a real deployment sees more often than a saturating one.
+ * Each request's latency runs from the moment it was due, so a stall of the server (or of this sender)
+ * is counted against every request it delayed, not hidden by sending fewer.
+ */
+export async function runFixedRate(options: FixedRateOptions): Promise<LoadResult> {
+  const url = new URL(options.url)
+  const timeoutMs = options.requestTimeoutMs ?? 10_000
+  const pool = new Pool(url.origin, { connections: options.connections, pipelining: 1, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
+  const request: Dispatcher.RequestOptions = {
+    path: url.pathname + url.search,
+    method: 'POST',
+    headers: options.headers ? { ...options.headers } : undefined,
+    body: Buffer.from(options.body),
+  }
+  const total = Math.max(1, Math.round((options.ratePerSec * options.durationMs) / 1000))
+  const intervalMs = 1000 / options.ratePerSec
+  const samples = new Float64Array(total)
+  const statuses: Record<string, number> = {}
+  let done = 0
+  const one = async (dueAt: number): Promise<void> => {
+    let key: string
+    try {
+      const res = await pool.request(request)
+      await res.body.dump()
+      key = String(res.statusCode)
+    } catch {
+      key = 'error'
+    }
+    samples[done++] = performance.now() - dueAt
+    statuses[key] = (statuses[key] ?? 0) + 1
+  }
+  try {
+    const inFlight: Promise<void>[] = []
+    const start = performance.now()
+    let sent = 0
+    while (sent < total) {
+      const now = performance.now()
+      while (sent < total && start + sent * intervalMs <= now) inFlight.push(one(start + sent++ * intervalMs))
+      if (sent < total)
+        await new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, start + sent * intervalMs - performance.now())))
+    }
+    await Promise.all(inFlight)
+    const seconds = (performance.now() - start) / 1000
+    const sorted = samples.subarray(0, done).sort()
+    return { requests: done, seconds, reqPerSec: done / seconds, p50Ms: percentile(sorted, 0.5), p99Ms: percentile(sorted, 0.99), statuses }
+  } finally {
+    await pool.destroy()
+  }
+}

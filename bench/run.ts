@@ -1,5 +1,6 @@
 /**
- * `npm run bench`: the baseline (tools/call direct to a trivial upstream vs through the gateway), then
+ * `npm run bench`: the core figure (bench/speed.ts: the gateway with every stage on against a bare Node
+ * forwarder, CPU per request and latency at a fixed rate), then
  * every scenario another area registered, each bounded in time so the whole run stays under two
  * minutes. Rounds are interleaved A/B/A/B and medians reported, because the machine is shared and noisy.
  *
@@ -10,8 +11,8 @@
  */
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { type BenchContext, type BenchRow, type BenchSection, formatRow, interleave, summarize } from './load'
-import { startBareForwarder, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
+import { type BenchContext, type BenchRow, type BenchSection, formatRow } from './load'
+import { core } from './speed'
 
 /** Files other areas own; each may export `sections`. Loaded only when compiled and present. */
 const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack', 'lists']
@@ -24,41 +25,6 @@ const context: BenchContext = {
   rounds: quick ? 2 : 5,
   concurrency: 32,
   progress: (line) => process.stderr.write(`  … ${line}\n`),
-}
-
-const core: BenchSection = {
-  name: 'core',
-  budgetSeconds: 28,
-  async run(ctx) {
-    const upstream = await startRawUpstream()
-    const forwarder = await startBareForwarder(upstream.url)
-    const gateway = await startBenchGateway(upstream.url)
-    try {
-      const load = toolCallLoad(ctx)
-      ctx.progress(`core: ${ctx.rounds} rounds of ${ctx.roundMs} ms, direct, bare forwarder, gateway, concurrency ${ctx.concurrency}`)
-      const rounds = await interleave(ctx.rounds, {
-        direct: load(upstream.url),
-        forwarder: load(forwarder.url),
-        gateway: load(gateway.url),
-      })
-      const direct = summarize(rounds.direct)
-      const floor = summarize(rounds.forwarder)
-      const through = summarize(rounds.gateway)
-      const versus = (base: typeof direct): string =>
-        `throughput ×${(through.reqPerSec / base.reqPerSec).toFixed(2)}, p50 +${(through.p50Ms - base.p50Ms).toFixed(2)} ms, p99 ×${(through.p99Ms / base.p99Ms).toFixed(2)}`
-      return [
-        { label: 'tools/call direct to upstream', result: direct },
-        { label: 'tools/call through a bare undici forwarder', result: floor },
-        { label: 'tools/call through the gateway', result: through },
-        { label: 'gateway / direct', note: versus(direct) },
-        { label: 'gateway / bare forwarder (the floor)', note: versus(floor) },
-      ]
-    } finally {
-      await gateway.close()
-      await forwarder.close()
-      await upstream.close()
-    }
-  },
 }
 
 function loadAreaSections(): BenchSection[] {
