@@ -7,7 +7,7 @@ import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refu
 import { writeLocalBody, writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
 import { setCorsHeaders } from '../pipeline/cors'
-import { Exchange } from '../pipeline/exchange'
+import { Exchange, RunningList } from '../pipeline/exchange'
 import { AnswerPlan } from '../pipeline/answer'
 import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
 import { CLIENT_CLOSED, type Upstream } from '../upstream/forward'
@@ -30,7 +30,7 @@ function chainOf(stages: readonly Stage[], toolRefusals: ToolRefusals): Chain {
  */
 export class Gateway {
   /** Requests between arrival and their audit record. */
-  private readonly running = new Set<Exchange>()
+  private readonly running = new RunningList()
   /** The chain new requests run through; a reload swaps it whole. */
   private chain: Chain
 
@@ -44,7 +44,9 @@ export class Gateway {
    * on a connection about to go (compose.ts does the same for requests that arrive from now on).
    */
   drain(): void {
-    for (const ex of this.running) if (!ex.res.headersSent) ex.res.shouldKeepAlive = false
+    this.running.forEach((ex) => {
+      if (!ex.res.headersSent) ex.res.shouldKeepAlive = false
+    })
   }
 
   /**
@@ -52,7 +54,9 @@ export class Gateway {
    * (the caller then closes their connections), so each audit entry says who ended it.
    */
   cutRemaining(): void {
-    for (const ex of this.running) if (!ex.aborted) ex.cutAtShutdown = true
+    this.running.forEach((ex) => {
+      if (!ex.aborted) ex.cutAtShutdown = true
+    })
   }
 
   constructor(
@@ -77,7 +81,8 @@ export class Gateway {
     const chain = this.chain
     this.running.add(ex)
     try {
-      const refusal = await runStages(chain.stages, ex)
+      const verdict = runStages(chain.stages, ex)
+      const refusal = verdict instanceof Promise ? await verdict : verdict
       if (refusal !== null) refuse(ex, refusal, chain.toolRefusals, this.legacyStreams)
       else {
         chain.answers.attach(ex)
