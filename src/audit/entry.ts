@@ -1,17 +1,88 @@
 import type { Decision, Exchange, RpcCall } from '../pipeline/exchange'
 
 /**
- * The JSONL text of entries: one JSON object per line, each line ending in a newline. U+0085 (NEL),
- * U+2028 and U+2029, the line breaks JSON.stringify leaves raw (it escapes every C0 control), are
- * escaped: Python's str.splitlines(), JavaScript source and some log shippers treat them as line
- * breaks, so a caller's tool name or session id holding one would split its audit line in two for
- * those readers. Inside JSON they can only sit in a string, where `\u0085` reads back as the same
- * character. One scan per batch; nothing is copied when none is present.
+ * The JSONL text of entries: one JSON object per line, each line ending in a newline, byte for byte
+ * what `JSON.stringify` writes for an entry built by `auditEntries` (keys in that order), except that
+ * U+0085 (NEL), U+2028 and U+2029, the line breaks JSON.stringify leaves raw (it escapes every C0
+ * control), are escaped: Python's str.splitlines(), JavaScript source and some log shippers treat them
+ * as line breaks, so a caller's tool name or session id holding one would split its audit line in two
+ * for those readers. Inside JSON they can only sit in a string, where `\u0085` reads back as the same
+ * character.
+ *
+ * Built by hand rather than by JSON.stringify: the gateway writes one line per request, and the keys,
+ * the decision and most values (printable ASCII) need no escaping; a value that does goes through
+ * JSON.stringify (jsonString).
  */
 export function toJsonLines(entries: readonly AuditEntry[]): string {
   let text = ''
-  for (const e of entries) text += JSON.stringify(e) + '\n'
-  return LINE_BREAKS.test(text) ? text.replace(LINE_BREAKS_ALL, escapeLineBreak) : text
+  for (let i = 0; i < entries.length; i++) text += jsonLine(entries[i])
+  return text
+}
+
+function jsonLine(e: AuditEntry): string {
+  // An entry not built by auditEntries (a spilled line read back, a test's) may lack a field or hold
+  // another type: JSON.stringify writes it as it is (and omits what is undefined).
+  if (!wellFormed(e)) return escapeLineBreaks(JSON.stringify(e)) + '\n'
+  let line =
+    '{"timestamp":' +
+    jsonString(e.timestamp) +
+    ',"request_id":' +
+    jsonString(e.request_id) +
+    ',"identity":' +
+    jsonString(e.identity) +
+    ',"tenant":' +
+    jsonString(e.tenant) +
+    ',"method":' +
+    jsonString(e.method) +
+    ',"tool":' +
+    jsonString(e.tool) +
+    ',"decision":' +
+    jsonString(e.decision) +
+    ',"status":' +
+    jsonNumber(e.status) +
+    ',"latency_ms":' +
+    jsonNumber(e.latency_ms)
+  if (e.reason !== undefined) line += ',"reason":' + jsonString(e.reason)
+  if (e.session_id !== undefined) line += ',"session_id":' + jsonString(e.session_id)
+  return line + '}\n'
+}
+
+function wellFormed(e: AuditEntry): boolean {
+  return (
+    typeof e.timestamp === 'string' &&
+    typeof e.request_id === 'string' &&
+    typeof e.identity === 'string' &&
+    typeof e.tenant === 'string' &&
+    typeof e.method === 'string' &&
+    typeof e.tool === 'string' &&
+    typeof e.decision === 'string' &&
+    typeof e.status === 'number' &&
+    typeof e.latency_ms === 'number' &&
+    (e.reason === undefined || typeof e.reason === 'string') &&
+    (e.session_id === undefined || typeof e.session_id === 'string')
+  )
+}
+
+/** A JSON string literal: printable ASCII without `"` and `\` as it is, anything else as JSON.stringify (plus line breaks) writes it. */
+export function jsonString(value: string): string {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if (c < 0x20 || c === 0x22 || c === 0x5c || c >= 0x7f) return escapedString(value)
+  }
+  return '"' + value + '"'
+}
+
+function escapedString(value: string): string {
+  return escapeLineBreaks(JSON.stringify(value))
+}
+
+function escapeLineBreaks(json: string): string {
+  return LINE_BREAKS.test(json) ? json.replace(LINE_BREAKS_ALL, escapeLineBreak) : json
+}
+
+/** As JSON.stringify writes a number: NaN and the infinities as null. */
+function jsonNumber(value: number): string {
+  return Number.isFinite(value) ? String(value) : 'null'
 }
 
 const LINE_BREAKS = /[\u0085\u2028\u2029]/
@@ -19,6 +90,25 @@ const LINE_BREAKS_ALL = /[\u0085\u2028\u2029]/g
 function escapeLineBreak(c: string): string {
   return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`
 }
+
+/**
+ * `new Date(ms).toISOString()` for the audit timestamp, with everything up to the second cached: the
+ * gateway asks once per request, and a Date plus its formatting cost more than the rest of the line.
+ */
+export function isoTimestamp(ms: number): string {
+  const second = Math.floor(ms / 1000)
+  const milli = ms - second * 1000
+  if (!Number.isInteger(milli)) return new Date(ms).toISOString()
+  if (second !== cachedSecond) {
+    // Whatever the year's form (+010000-…), the text ends in `.mmmZ`.
+    cachedPrefix = new Date(second * 1000).toISOString().slice(0, -4)
+    cachedSecond = second
+  }
+  return cachedPrefix + (milli < 10 ? '00' : milli < 100 ? '0' : '') + milli + 'Z'
+}
+
+let cachedSecond = Number.NaN
+let cachedPrefix = ''
 
 /** One line of the audit trail. Key order is part of the format: build it with `auditEntries`. */
 export interface AuditEntry {
@@ -69,7 +159,7 @@ export function requestDecision(ex: Exchange): Decision {
  * and `<request_id>/rest` so every request_id stays unique.
  */
 export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
-  const timestamp = new Date(ex.startedAtMs).toISOString()
+  const timestamp = isoTimestamp(ex.startedAtMs)
   const latency = Math.round((nowMonoMs - ex.startedMonoMs) * 1000) / 1000
   const identity = ex.principal?.identity ?? ''
   const tenant = ex.principal?.tenant ?? ''

@@ -148,3 +148,50 @@ describe('the audit writer keeps what it accepted', () => {
     await writer.close()
   })
 })
+
+describe('the audit writer gathers entries into batches', () => {
+  const record = (writer: AuditWriter, prefix: string, n: number): void => {
+    for (const e of entries(prefix, n)) writer.record([e])
+  }
+
+  test('entries recorded over several event-loop turns within the interval go to the sink in one write', async () => {
+    const { path, sink } = await jsonl()
+    const counted = new ControlledSink(sink, 0)
+    const writer = new AuditWriter(counted, silentLogger(), { maxQueueEntries: 1000, gatherMs: 200 })
+    for (let turn = 0; turn < 5; turn++) {
+      record(writer, `t${turn}-`, 3)
+      await new Promise<void>((resolve) => setImmediate(resolve))
+    }
+    await writer.flush()
+    expect(counted.calls).toBe(1)
+    const expected = [0, 1, 2, 3, 4].flatMap((t) => entries(`t${t}-`, 3))
+    expect(readJsonl(path).map((e) => e.request_id)).toEqual(expected.map((e) => e.request_id))
+    await writer.close()
+  })
+
+  test('a full batch is written at once, without waiting out the interval', async () => {
+    const { path, sink } = await jsonl()
+    const counted = new ControlledSink(sink, 0)
+    // An hour's interval: only a full batch (or close) can end the wait.
+    const writer = new AuditWriter(counted, silentLogger(), { maxQueueEntries: 1000, batchSize: 10, gatherMs: 3_600_000 })
+    record(writer, 'a', 4)
+    await new Promise<void>((resolve) => setImmediate(resolve))
+    expect(counted.calls).toBe(0)
+    record(writer, 'b', 6)
+    await waitFor(() => counted.calls === 1, { what: 'the full batch to be written' })
+    await waitFor(() => readJsonl(path).length === 10, { what: 'its 10 lines in the file' })
+    // And close() does not wait out the interval either.
+    record(writer, 'c', 1)
+    await writer.close()
+    expect(readJsonl(path)).toHaveLength(11)
+  })
+
+  test('gatherMs 0 writes after the turn that recorded the entries', async () => {
+    const { path, sink } = await jsonl()
+    const writer = new AuditWriter(sink, silentLogger(), { maxQueueEntries: 1000, gatherMs: 0 })
+    record(writer, 'z', 2)
+    await writer.flush()
+    expect(readJsonl(path)).toHaveLength(2)
+    await writer.close()
+  })
+})
