@@ -1,21 +1,11 @@
-import type { Counter, Histogram } from 'prom-client'
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
 import type { Metrics } from '../metrics'
-import { DECISIONS, type Decision, type Exchange } from '../pipeline/exchange'
+import type { Exchange } from '../pipeline/exchange'
 import { auditEntries, entryCount, requestDecision } from './entry'
 import type { AuditWriter } from './writer'
 
 /** The one place a finished request becomes audit entries, handed to every configured sink. */
 export class AuditTrail {
-  /**
-   * The labelled metric children, made once: prom-client's labels() builds a label object and bound
-   * functions on every call, which would be several allocations per audit entry.
-   */
-  private readonly byDecision = new Map<
-    Decision,
-    { requests: Counter.Internal; entries: Counter.Internal; time: Histogram.Internal<'decision'> }
-  >()
-
   private readonly warn: RateLimitedLog
 
   constructor(
@@ -26,13 +16,6 @@ export class AuditTrail {
     this.warn = new RateLimitedLog(log)
     for (const w of writers) {
       metrics.auditQueued.labels(w.sink.name).set(0)
-    }
-    for (const d of DECISIONS) {
-      this.byDecision.set(d, {
-        requests: metrics.requests.labels(d),
-        entries: metrics.auditEntries.labels(d),
-        time: metrics.duration.labels(d),
-      })
     }
   }
 
@@ -67,10 +50,8 @@ export class AuditTrail {
     const now = performance.now()
     const entries = auditEntries(ex, now)
     // One request, one count and one latency, however many entries a batch wrote.
-    const request = this.byDecision.get(requestDecision(ex))!
-    request.requests.inc()
-    request.time.observe((now - ex.startedMonoMs) / 1000)
-    for (const e of entries) this.byDecision.get(e.decision)!.entries.inc()
+    this.metrics.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
+    for (const e of entries) this.metrics.countEntry(e.decision)
     const reserved = ex.auditReserved
     ex.auditReserved = 0 // a second record() of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)

@@ -1,0 +1,122 @@
+import { Metrics } from '../src/metrics'
+
+// The expected text below is what prom-client's own Counter and Histogram printed for the same calls
+// before the per-request metrics became plain arrays read at scrape time: /metrics must not change.
+
+/** The section of the /metrics text for one metric: its HELP and TYPE lines and its samples. */
+async function section(metrics: Metrics, name: string): Promise<string> {
+  const text = await metrics.registry.metrics()
+  const found = text.split('\n\n').find((s) => s.startsWith(`# HELP ${name} `))
+  if (found === undefined) throw new Error(`no metric ${name} in /metrics`)
+  return found.trimEnd()
+}
+
+const REQUESTS_HELP = [
+  '# HELP wardline_requests_total Proxied HTTP requests, by decision (a batch counts once; see wardline_audit_entries_total)',
+  '# TYPE wardline_requests_total counter',
+]
+const ENTRIES_HELP = [
+  '# HELP wardline_audit_entries_total Audit entries recorded, by decision (a forwarded batch writes one per gated element, plus one for the rest)',
+  '# TYPE wardline_audit_entries_total counter',
+]
+const DURATION_HELP = [
+  '# HELP wardline_request_duration_seconds Time from request arrival to the end of the response, by decision (one observation per request)',
+  '# TYPE wardline_request_duration_seconds histogram',
+]
+
+test('counts, buckets, sum and count print exactly as before, decisions in the order first seen and le inclusive', async () => {
+  const metrics = new Metrics()
+  metrics.recordRequest('deny', 0.005) // exactly on a bound: counted in le="0.005"
+  metrics.countEntry('deny')
+  metrics.recordRequest('allow', 0.001) // exactly on the first bound
+  metrics.countEntry('passthrough') // a batch's rest entry, seen before its first allow entry
+  metrics.countEntry('allow')
+  metrics.countEntry('allow')
+  metrics.recordRequest('allow', 31) // above the last bound: only in +Inf, _sum and _count
+  metrics.countEntry('allow')
+  metrics.recordRequest('deny', 0)
+  metrics.countEntry('deny')
+  metrics.recordRequest('allow', 0.1)
+  metrics.countEntry('allow')
+  metrics.recordRequest('allow', 0.2)
+  metrics.countEntry('allow')
+  metrics.recordRequest('allow', 30) // exactly on the last bound
+  metrics.countEntry('allow')
+
+  expect(await section(metrics, 'wardline_requests_total')).toBe(
+    [...REQUESTS_HELP, 'wardline_requests_total{decision="deny"} 2', 'wardline_requests_total{decision="allow"} 5'].join('\n'),
+  )
+  expect(await section(metrics, 'wardline_audit_entries_total')).toBe(
+    [
+      ...ENTRIES_HELP,
+      'wardline_audit_entries_total{decision="deny"} 2',
+      'wardline_audit_entries_total{decision="passthrough"} 1',
+      'wardline_audit_entries_total{decision="allow"} 6',
+    ].join('\n'),
+  )
+  expect(await section(metrics, 'wardline_request_duration_seconds')).toBe(
+    [
+      ...DURATION_HELP,
+      'wardline_request_duration_seconds_bucket{le="0.001",decision="deny"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.0025",decision="deny"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.005",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.01",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.025",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.05",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.1",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.25",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.5",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="1",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="2.5",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="5",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="10",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="30",decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="+Inf",decision="deny"} 2',
+      'wardline_request_duration_seconds_sum{decision="deny"} 0.005',
+      'wardline_request_duration_seconds_count{decision="deny"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.001",decision="allow"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.0025",decision="allow"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.005",decision="allow"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.01",decision="allow"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.025",decision="allow"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.05",decision="allow"} 1',
+      'wardline_request_duration_seconds_bucket{le="0.1",decision="allow"} 2',
+      'wardline_request_duration_seconds_bucket{le="0.25",decision="allow"} 3',
+      'wardline_request_duration_seconds_bucket{le="0.5",decision="allow"} 3',
+      'wardline_request_duration_seconds_bucket{le="1",decision="allow"} 3',
+      'wardline_request_duration_seconds_bucket{le="2.5",decision="allow"} 3',
+      'wardline_request_duration_seconds_bucket{le="5",decision="allow"} 3',
+      'wardline_request_duration_seconds_bucket{le="10",decision="allow"} 3',
+      'wardline_request_duration_seconds_bucket{le="30",decision="allow"} 4',
+      'wardline_request_duration_seconds_bucket{le="+Inf",decision="allow"} 5',
+      'wardline_request_duration_seconds_sum{decision="allow"} 61.301',
+      'wardline_request_duration_seconds_count{decision="allow"} 5',
+    ].join('\n'),
+  )
+})
+
+test('a decision never seen prints no sample, as before: a fresh registry has only the HELP and TYPE lines', async () => {
+  const metrics = new Metrics()
+  expect(await section(metrics, 'wardline_requests_total')).toBe(REQUESTS_HELP.join('\n'))
+  expect(await section(metrics, 'wardline_audit_entries_total')).toBe(ENTRIES_HELP.join('\n'))
+  expect(await section(metrics, 'wardline_request_duration_seconds')).toBe(DURATION_HELP.join('\n'))
+
+  metrics.recordRequest('throttled', 0.002)
+  expect(await metrics.registry.metrics()).not.toMatch(/decision="(allow|deny|passthrough|error|unauthorized)"/)
+})
+
+test("the registry's JSON holds the same samples as the text, labels merged as prom-client's Histogram did", async () => {
+  const metrics = new Metrics()
+  metrics.recordRequest('error', 0.004)
+  metrics.countEntry('error')
+  const json = await metrics.registry.getMetricsAsJSON()
+  const duration = json.find((m) => m.name === 'wardline_request_duration_seconds')
+  expect(duration).toMatchObject({ type: 'histogram', aggregator: 'sum' })
+  expect(duration?.values).toContainEqual(
+    expect.objectContaining({ metricName: 'wardline_request_duration_seconds_bucket', labels: { le: 0.005, decision: 'error' }, value: 1 }),
+  )
+  expect(duration?.values).toContainEqual(
+    expect.objectContaining({ metricName: 'wardline_request_duration_seconds_count', labels: { decision: 'error' }, value: 1 }),
+  )
+  expect(json.find((m) => m.name === 'wardline_audit_entries_total')?.values).toEqual([{ labels: { decision: 'error' }, value: 1 }])
+})
