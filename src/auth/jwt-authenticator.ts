@@ -10,6 +10,13 @@ import { TokenCache } from './token-cache'
 
 // RFC 6750 §2.1: the scheme is case-insensitive (RFC 9110 §11.1); b64token is the token's alphabet.
 const BEARER = /^bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
+/** b64token without its `=` padding: every token that can be cached (a padded one is refused as not canonical). */
+const UNPADDED_B64TOKEN = /^[A-Za-z0-9\-._~+/]+$/
+/**
+ * The one spelling of the header a token is cached under: what clients send (the MCP SDK, fetch-based
+ * clients), so their requests hit the cache on the header value alone, before any parsing.
+ */
+const CANONICAL_SCHEME = 'Bearer '
 
 const MISSING: AuthFailure = { failed: true, reason: 'missing bearer token', bearerError: null }
 const NOT_BEARER: AuthFailure = { failed: true, reason: 'Authorization header is not a Bearer token', bearerError: null }
@@ -82,18 +89,29 @@ export class JwtAuthenticator implements Authenticator {
   }
 
   authenticate(ex: Exchange): AuthResult | Promise<AuthResult> {
-    if (hasQueryToken(ex.req.url)) return QUERY_TOKEN
-    const header = ex.req.headers.authorization
+    // Every check of the request itself runs before the cache, so a hit skips none of them.
+    const req = ex.req
+    if (hasQueryToken(req.url)) return QUERY_TOKEN
+    const header = req.headers.authorization
     if (header === undefined || header === '') return MISSING
-    if (authorizationCount(ex.req.rawHeaders) > 1) return REPEATED_HEADER
+    if (authorizationCount(req.rawHeaders) > 1) return REPEATED_HEADER
+    // Keys are `Bearer <token>` for tokens verified in full (see verify), so a header equal to one is
+    // exactly what BEARER would parse to that token: the hit needs no parsing. Any other spelling (the
+    // scheme in another case, more spaces, two tokens, padding) misses here and takes the path below.
+    const cached = this.cache.get(header)
+    if (cached !== undefined) return cached
     const match = BEARER.exec(header)
     if (match === null) return /^bearer(\s|$)/i.test(header) ? MALFORMED_HEADER : NOT_BEARER
     return this.verify(match[1])
   }
 
-  /** The whole check for one token string, cache included (also what the benchmark measures). */
+  /**
+   * The whole check for one token string, as if sent as `Authorization: Bearer <token>`, cache included
+   * (also what the benchmark measures). Another spelling of the scheme finds its token's entry here,
+   * under the canonical key: one entry per token, whatever spellings its caller sends.
+   */
   verify(token: string): AuthResult | Promise<AuthResult> {
-    const cached = this.cache.get(token)
+    const cached = this.cache.get(CANONICAL_SCHEME + token)
     if (cached !== undefined) return cached
     // Checked on a miss only (a cached token is canonical): the hot path pays nothing for it.
     if (isNonCanonicalJws(token)) return NOT_CANONICAL
@@ -110,7 +128,10 @@ export class JwtAuthenticator implements Authenticator {
       return rejection(err, token)
     }
     const principal = this.principalOf(payload)
-    if (!isFailure(principal)) this.cache.set(token, principal, payload.exp)
+    // jose's decoder skips whitespace inside a segment, so verify() (not a request: BEARER admits no
+    // space) can pass a token that is no b64token. Cached as `Bearer <token>`, it would be a header the
+    // full path refuses; only a token that header parses back to is kept.
+    if (!isFailure(principal) && UNPADDED_B64TOKEN.test(token)) this.cache.set(CANONICAL_SCHEME + token, principal, payload.exp)
     return principal
   }
 
@@ -174,8 +195,13 @@ function canonicalSegment(token: string, start: number, end: number): boolean {
 
 /** Parsed, not searched: `access%5Ftoken` is `access_token` to the upstream's query parser too. */
 function hasQueryToken(url: string | undefined): boolean {
-  const q = url === undefined ? -1 : url.indexOf('?')
-  return q >= 0 && new URLSearchParams((url as string).slice(q + 1)).has('access_token')
+  if (url === undefined) return false
+  const q = url.indexOf('?')
+  if (q < 0) return false
+  // Form decoding (URL standard, application/x-www-form-urlencoded parsing) changes only `+` (to a
+  // space) and `%XX`: without a `%`, a name decodes to `access_token` only if it is spelt so literally.
+  if (!url.includes('%', q) && !url.includes('access_token', q)) return false
+  return new URLSearchParams(url.slice(q + 1)).has('access_token')
 }
 
 function invalid(reason: string, detail?: string): AuthFailure {
@@ -231,6 +257,20 @@ function safeName(claim: string): string {
 
 function authorizationCount(raw: readonly string[]): number {
   let n = 0
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 13 && raw[i].toLowerCase() === 'authorization') n++
+  for (let i = 0; i < raw.length; i += 2) if (isAuthorizationName(raw[i])) n++
   return n
+}
+
+const AUTHORIZATION = 'authorization'
+
+/**
+ * `name.toLowerCase() === 'authorization'` without a lower-cased copy per header: for a lower-case
+ * letter L, `c | 0x20` is L only for L and its upper case. (The one non-ASCII character toLowerCase
+ * turns into a single ASCII letter is U+212A KELVIN SIGN, `k`, which this name has none of.)
+ */
+function isAuthorizationName(name: string): boolean {
+  if (name.length !== AUTHORIZATION.length) return false
+  if (name === AUTHORIZATION) return true
+  for (let i = 0; i < AUTHORIZATION.length; i++) if ((name.charCodeAt(i) | 0x20) !== AUTHORIZATION.charCodeAt(i)) return false
+  return true
 }

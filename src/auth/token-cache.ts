@@ -1,24 +1,60 @@
 import type { Principal } from '../pipeline/exchange'
 
-interface Entry {
-  readonly principal: Principal
-  /** Epoch ms of the token's `exp`: the entry is dead from then on, whatever the clock tolerance. */
-  readonly expiresAt: number
+/** One cached token, and its place in the recency list. */
+class Entry {
+  /** The entry used just after this one (the sentinel, for the most recently used). */
+  newer: Entry = this
+  /** The entry used just before this one (the sentinel, for the least recently used). */
+  older: Entry = this
+
+  constructor(
+    readonly key: string,
+    /** The entry's key in the Map: the key's last SLOT_CHARS characters. */
+    readonly slot: string,
+    readonly principal: Principal,
+    /** Epoch ms of the token's `exp`: the entry is dead from then on, whatever the clock tolerance. */
+    readonly expiresAt: number,
+  ) {}
 }
 
+const NOBODY: Principal = Object.freeze({ identity: '', tenant: '' })
+
 /**
- * Verified tokens, keyed by the token string itself, so a client that reuses its token pays the
- * signature check once. Bounded (least recently used goes first) and never serves a token past its
- * `exp`. Only tokens that carry an `exp` are kept: without one there is no safe lifetime.
+ * Entries are found by the last 16 characters of their key and confirmed by the whole key. A Map hashes
+ * its whole key on every lookup, and every request brings its header as a new string: V8 (Node 20) hashes
+ * a 180-character header one character at a time, ~0.4 µs, most of the cost of a hit; hashing 16 and
+ * comparing the rest costs ~0.1 µs. A cached key ends with a verified token's signature, so those 16
+ * characters are 96 bits nobody can choose without the signing key. Two keys sharing them do not happen
+ * in practice, and if they did the later would replace the earlier (one verification more): a lookup
+ * only ever answers for the whole key it was given.
+ */
+const SLOT_CHARS = 16
+
+/**
+ * Verified tokens, keyed by the exact string the caller's check was made on, so a client that reuses
+ * its token pays the signature check once. Bounded (least recently used goes first) and never serves
+ * a token past its `exp`. Only tokens that carry an `exp` are kept: without one there is no safe lifetime.
  *
  * Keying by the whole string is sound because the string is what was verified: any other byte makes
- * another key, which misses and is verified in full. It is also tight: JwtAuthenticator refuses every
- * spelling of a token but the canonical one before verifying (isNonCanonicalJws), so one signed token
- * is one key, and a caller cannot fill the cache (or force a verification per request) with copies.
+ * another key, which misses and is verified in full. JwtAuthenticator keys an entry by the canonical
+ * header, `Bearer <token>`, and refuses every spelling of a token but the canonical one before verifying
+ * (isNonCanonicalJws), so one signed token is one key, and a caller cannot fill the cache (or force a
+ * verification per request) with copies.
+ *
+ * A hit writes no Map: recency is an intrusive doubly linked list through the entries (move to front:
+ * four pointer writes, no allocation), and the Map only gains a key on insert and loses one on eviction
+ * or expiry. Re-inserting into the Map on every hit (the insertion-order LRU this replaces) cost a
+ * delete and a set per request and left the table full of deleted slots, rebuilt every few requests.
+ * An access stamp with approximate eviction would also keep the Map still, but would need a scan (or
+ * sampling) to find a victim and would no longer evict exactly the least recently used.
  */
 export class TokenCache {
-  // A Map iterates in insertion order; re-inserting on a hit makes the first key the least recently used.
   private readonly entries = new Map<string, Entry>()
+  /**
+   * Sentinel of the circular recency list, which it closes at both ends: `head.older` is the most recently
+   * used entry and `head.newer` the least (the sentinel itself when the cache is empty).
+   */
+  private readonly head = new Entry('', '', NOBODY, 0)
 
   constructor(
     private readonly maxEntries: number,
@@ -29,30 +65,59 @@ export class TokenCache {
     return this.entries.size
   }
 
-  get(token: string): Principal | undefined {
-    const entry = this.entries.get(token)
-    if (entry === undefined) return undefined
-    this.entries.delete(token)
-    if (this.now() >= entry.expiresAt) return undefined
-    this.entries.set(token, entry)
+  get(key: string): Principal | undefined {
+    const entry = this.entries.get(key.slice(-SLOT_CHARS))
+    if (entry === undefined || entry.key !== key) return undefined
+    if (this.now() >= entry.expiresAt) {
+      this.remove(entry)
+      return undefined
+    }
+    // A client that keeps sending one token finds it first already: nothing to write.
+    if (entry.newer !== this.head) {
+      this.unlink(entry)
+      this.linkFirst(entry)
+    }
     return entry.principal
   }
 
   /** `expSeconds` is the token's `exp` claim; tokens without one are not cached. */
-  set(token: string, principal: Principal, expSeconds: number | undefined): void {
+  set(key: string, principal: Principal, expSeconds: number | undefined): void {
     if (this.maxEntries === 0 || expSeconds === undefined) return
     const expiresAt = expSeconds * 1000
     if (this.now() >= expiresAt) return
-    this.entries.delete(token)
-    this.entries.set(token, { principal, expiresAt })
-    if (this.entries.size > this.maxEntries) {
-      // Evict the least recently used; expired entries are dropped lazily when they are looked up or evicted.
-      const oldest = this.entries.keys().next().value as string
-      this.entries.delete(oldest)
-    }
+    const slot = key.slice(-SLOT_CHARS)
+    // The same key, or (see SLOT_CHARS) another that ends like it.
+    const previous = this.entries.get(slot)
+    if (previous !== undefined) this.remove(previous)
+    const entry = new Entry(key, slot, principal, expiresAt)
+    this.entries.set(slot, entry)
+    this.linkFirst(entry)
+    // Evict the least recently used; expired entries are dropped lazily when they are looked up or evicted.
+    if (this.entries.size > this.maxEntries) this.remove(this.head.newer)
   }
 
   clear(): void {
     this.entries.clear()
+    this.head.newer = this.head.older = this.head
+  }
+
+  private linkFirst(entry: Entry): void {
+    const first = this.head.older
+    entry.newer = this.head
+    entry.older = first
+    first.newer = entry
+    this.head.older = entry
+  }
+
+  private unlink(entry: Entry): void {
+    entry.newer.older = entry.older
+    entry.older.newer = entry.newer
+  }
+
+  private remove(entry: Entry): void {
+    this.entries.delete(entry.slot)
+    this.unlink(entry)
+    // A dropped entry still held (by a closure, a debugger) keeps no live entry reachable through it.
+    entry.newer = entry.older = entry
   }
 }
