@@ -21,6 +21,8 @@ export interface WindowSpec {
   readonly label: string
   /** Its `RateLimit-Policy` item. */
   readonly policyItem: string
+  /** Its `RateLimit` item up to the counts (`"label";r=`), which each response appends. */
+  readonly rateLimitItemStart: string
 }
 
 export interface ToolSpec {
@@ -72,6 +74,7 @@ function windows(kind: BucketKind, name: string, bucketKey: string, limits: read
       label,
       // The draft's w is an integer: a fractional window (tests, demos) is announced rounded up.
       policyItem: `"${label}";q=${limit.requestsPerWindow};w=${Math.max(1, Math.ceil(limit.windowSeconds))}`,
+      rateLimitItemStart: `"${label}";r=`,
     }
   })
 }

@@ -78,6 +78,11 @@ export class MemoryBudgetStore implements BudgetStore {
   /** One queue per window length in ms: a config has only a few distinct lengths. */
   private readonly queues = new Map<number, ExpiryQueue>()
   private readonly now: Clock
+  /**
+   * admitNow's windows per charge, between its check and its charge. Reused: admitNow never waits, so
+   * no other check can run while one holds it, and it is emptied before admitNow returns.
+   */
+  private readonly open: Array<Window | null> = []
 
   constructor(options: MemoryBudgetStoreOptions = {}) {
     this.now = options.now ?? (() => performance.now())
@@ -96,7 +101,7 @@ export class MemoryBudgetStore implements BudgetStore {
   admitNow(charges: readonly BucketCharge[]): AdmitResult {
     const now = this.now()
     this.evictExpired(now)
-    const open = new Array<Window | null>(charges.length)
+    const open = this.open
     let refusedBy = -1
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]
@@ -110,16 +115,13 @@ export class MemoryBudgetStore implements BudgetStore {
     for (let i = 0; i < charges.length; i++) {
       const c = charges[i]
       let w = open[i]
+      open[i] = null // hold no window past this check
       if (refusedBy < 0 && c.charged) {
         if (w === null) w = this.openWindow(c, now)
         w.count += c.cost
       }
       const used = w === null ? 0 : w.count
       buckets[i] = {
-        kind: c.kind,
-        name: c.name,
-        limit: c.limit,
-        windowSeconds: c.windowSeconds,
         remaining: Math.max(0, c.limit - used),
         // A bucket with no open window would open a full one with the next charge. The clamp keeps
         // float noise ((now + 60000) - now is 60000.000000007 for some now) from announcing 61 s.

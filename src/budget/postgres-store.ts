@@ -352,10 +352,6 @@ function toResult(charges: readonly BucketCharge[], row: AdmitRow): AdmitResult 
   for (let i = 0; i < charges.length; i++) {
     const c = charges[i]
     buckets[i] = {
-      kind: c.kind,
-      name: c.name,
-      limit: c.limit,
-      windowSeconds: c.windowSeconds,
       remaining: Math.max(0, c.limit - row.used[i]),
       // Never more than the window: a check that took its lock sooner after arrival than the one that
       // opened the window would otherwise announce a few µs past it, and Retry-After would say 61 s.

@@ -9,7 +9,7 @@ import { throttledAgentText } from './agent-text'
 import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
 import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
-import { identityKey, windowKey } from './keys'
+import { IdentityKeyCache, windowKey } from './keys'
 import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
 
 export interface BudgetStageOptions {
@@ -62,6 +62,7 @@ export function budgetStage(
   options: BudgetStageOptions = {},
 ): BudgetStage {
   const plan = budgetPlan(config)
+  const identityKeys = new IdentityKeyCache(plan.identity.map((w) => w.windowSeconds))
   const timeoutMs = config.checkTimeoutSeconds * 1000
   // The overall bound on one check, whatever the store does inside: a store that hangs fails open (or
   // closed) on time instead of holding the call until the client gives up.
@@ -92,27 +93,31 @@ export function budgetStage(
     )
   }
 
+  const checkAndDecide = async (ex: Exchange, charges: readonly Charge[]): Promise<Verdict> => {
+    let result: AdmitResult
+    try {
+      result = await withDeadline(store.admit(charges, timeoutMs), timeoutMs, timeoutMessage)
+    } catch (err) {
+      return failed(ex, err)
+    }
+    return decided(ex, charges, result, plan)
+  }
+
   return {
     name: 'budget',
     answers: { methods: ['tools/call'], reads: 'outcome' },
     failOpensLastMinute: () => failOpens.count(),
-    async run(ex: Exchange): Promise<Verdict> {
-      const charges = chargesFor(ex, plan)
+    run(ex: Exchange): Verdict | Promise<Verdict> {
+      const charges = chargesFor(ex, plan, identityKeys)
       if (charges === null) return CONTINUE
+      if (store.admitNow === undefined) return checkAndDecide(ex, charges)
       let result: AdmitResult
       try {
-        result = await (store.neverWaits ? store.admit(charges) : withDeadline(store.admit(charges, timeoutMs), timeoutMs, timeoutMessage))
+        result = store.admitNow(charges)
       } catch (err) {
         return failed(ex, err)
       }
-      if (!result.admitted) return throttled(result, charges, plan, ex)
-      // A denied call is answered next and never forwarded: nothing of it is ever refunded.
-      if (ex.denial !== null) return CONTINUE
-      ex.budgetCharge = new Receipt(charges, result)
-      const headers = rateLimitFields(result.buckets, charges)
-      if (ex.responseHeaders === null) ex.responseHeaders = headers
-      else Object.assign(ex.responseHeaders, headers)
-      return CONTINUE
+      return decided(ex, charges, result, plan)
     },
     onOutcome(ex: Exchange, outcome: Outcome): void {
       const receipt = ex.budgetCharge as Receipt | null
@@ -130,6 +135,18 @@ export function budgetStage(
   }
 }
 
+/** The verdict on a checked call; an admitted one gets its receipt and RateLimit fields. */
+function decided(ex: Exchange, charges: readonly Charge[], result: AdmitResult, plan: BudgetPlan): Verdict {
+  if (!result.admitted) return throttled(result, charges, plan, ex)
+  // A denied call is answered next and never forwarded: nothing of it is ever refunded.
+  if (ex.denial !== null) return CONTINUE
+  ex.budgetCharge = new Receipt(charges, result)
+  const headers = rateLimitFields(result.buckets, charges)
+  if (ex.responseHeaders === null) ex.responseHeaders = headers
+  else Object.assign(ex.responseHeaders, headers)
+  return CONTINUE
+}
+
 /**
  * Why an admitted call counts as never served, or null when the MCP server may have run it. A client
  * that left after the call was sent is not refunded: the server may be running it.
@@ -145,7 +162,7 @@ function unserved(outcome: Outcome): string | null {
  * The windows this request must clear, in check order (repeat → tool → tenant → identity), or null when
  * it has no tools/call. A batch sums its calls' costs per bucket.
  */
-function chargesFor(ex: Exchange, plan: BudgetPlan): Charge[] | null {
+function chargesFor(ex: Exchange, plan: BudgetPlan, identityKeys: IdentityKeyCache): Charge[] | null {
   const shared = ex.denial === null // a denied call is checked everywhere but charged to its caller only
   const identity = ex.principal?.identity ?? ''
   const tenantName = ex.principal?.tenant ?? ''
@@ -166,8 +183,8 @@ function chargesFor(ex: Exchange, plan: BudgetPlan): Charge[] | null {
   if (units === 0) return null
   const tenant = plan.tenants.get(tenantName)
   if (tenant !== undefined) for (const w of tenant) add(charges, w.key, w, w.name, units, shared)
-  const bucket = identityKey(tenantName, identity)
-  for (const w of plan.identity) add(charges, windowKey(bucket, w.windowSeconds), w, identity, units, true)
+  const keys = identityKeys.keysOf(tenantName, identity)
+  for (let i = 0; i < plan.identity.length; i++) add(charges, keys[i], plan.identity[i], identity, units, true)
   return repeats === null ? charges : repeats.concat(charges)
 }
 
@@ -193,21 +210,20 @@ function repeatKey(ex: Exchange, call: RpcCall, tenant: string, identity: string
 
 function throttled(result: AdmitResult, charges: readonly Charge[], plan: BudgetPlan, ex: Exchange): Refusal {
   const batch = ex.batch
-  const by = result.buckets[result.refusedBy]
   const charge = charges[result.refusedBy]
   const spec = charge.spec
   // More than a whole window allows can never be admitted, however long it waits: the Retry-After every
   // 429 carries cannot help it (it gets a whole window, not the rest of this one), so the audit says so.
-  const never = charge.cost > by.limit
-  const retryAfter = wholeSeconds(never ? by.windowSeconds : by.resetSeconds)
+  const never = charge.cost > charge.limit
+  const retryAfter = wholeSeconds(never ? charge.windowSeconds : result.buckets[result.refusedBy].resetSeconds)
   const unit = plan.weighted ? 'units' : 'requests'
   let reason: string
   if (spec.kind === 'repeat') {
-    reason = `repeated call: ${JSON.stringify(charge.name)} with the same arguments more than ${by.limit} times in ${by.windowSeconds}s (budget.repeat_limit)`
+    reason = `repeated call: ${JSON.stringify(charge.name)} with the same arguments more than ${charge.limit} times in ${charge.windowSeconds}s (budget.repeat_limit)`
   } else if (never) {
-    reason = `rate limit exceeded: ${batch ? 'batch' : 'call'} needs ${charge.cost} ${unit} from the ${spec.label} bucket, which allows ${by.limit} per ${by.windowSeconds}s window: it can never be admitted whole`
+    reason = `rate limit exceeded: ${batch ? 'batch' : 'call'} needs ${charge.cost} ${unit} from the ${spec.label} bucket, which allows ${charge.limit} per ${charge.windowSeconds}s window: it can never be admitted whole`
   } else {
-    reason = `rate limit exceeded: ${spec.label} bucket, ${by.limit} ${unit} per ${by.windowSeconds}s window`
+    reason = `rate limit exceeded: ${spec.label} bucket, ${charge.limit} ${unit} per ${charge.windowSeconds}s window`
   }
   // The model's reading of it (tool_refusals: result), for a single call only: a batch is always
   // answered as an HTTP error. A call that can never fit gets no retry time there.
@@ -216,8 +232,8 @@ function throttled(result: AdmitResult, charges: readonly Charge[], plan: Budget
     : throttledAgentText({
         kind: spec.kind,
         tool: ex.calls[0].target,
-        limit: by.limit,
-        windowSeconds: by.windowSeconds,
+        limit: charge.limit,
+        windowSeconds: charge.windowSeconds,
         cost: charge.cost,
         weighted: plan.weighted,
         retryAfterSeconds: retryAfter,
@@ -262,15 +278,15 @@ function rateLimitFields(
     if (spec.kind === 'tool' && shownToolWindow(buckets, charges, spec.label, refusedBy, refunded) !== i) continue
     const sep = policy === '' ? '' : ', '
     policy += sep + spec.policyItem
-    state += `${sep}"${spec.label}";r=${remainingOf(buckets, charges, i, refunded)};t=${wholeSeconds(buckets[i].resetSeconds)}`
+    state += `${sep}${spec.rateLimitItemStart}${remainingOf(buckets, charges, i, refunded)};t=${wholeSeconds(buckets[i].resetSeconds)}`
   }
   return { 'ratelimit-policy': policy, ratelimit: state }
 }
 
 /** Units left in window i, or after the call's refund when `refunded`. */
 function remainingOf(buckets: readonly BucketState[], charges: readonly Charge[], i: number, refunded: boolean): number {
-  const b = buckets[i]
-  return refunded && charges[i].charged ? Math.min(b.limit, b.remaining + charges[i].cost) : b.remaining
+  const c = charges[i]
+  return refunded && c.charged ? Math.min(c.limit, buckets[i].remaining + c.cost) : buckets[i].remaining
 }
 
 /**

@@ -28,12 +28,11 @@ export interface BucketCharge {
  */
 export type WindowId = number | string | null
 
-/** A bucket as seen after the decision. */
+/**
+ * A bucket as seen after the decision: the charge at the same index says which bucket, its limit and
+ * window length (so a check allocates three fields per bucket, not a copy of its charge).
+ */
 export interface BucketState {
-  readonly kind: BucketKind
-  readonly name: string
-  readonly limit: number
-  readonly windowSeconds: number
   /** Requests left in the current window after this decision (never negative). */
   readonly remaining: number
   /** Seconds until the bucket's current window ends (its count resets). */
@@ -62,10 +61,12 @@ export interface AdmitResult {
  */
 export interface BudgetStore {
   /**
-   * True when `admit` cannot wait on anything (it decides in memory): the stage then skips the
-   * check_timeout_seconds deadline, which costs a timer and a race per call. Absent means it may wait.
+   * Present when the store decides in memory without waiting on anything: `admit`'s decision, returned
+   * at once (it throws where `admit` would reject). The stage then calls it instead of `admit`, which
+   * spares it the check_timeout_seconds deadline (a timer and a race per call) and the await (a promise
+   * and a suspended frame per call).
    */
-  readonly neverWaits?: boolean
+  admitNow?(charges: readonly BucketCharge[]): AdmitResult
   /**
    * `timeoutMs` is the check's bound as configured now (budget.check_timeout_seconds, which a reload
    * may change): a store that can wait gives up by then, and a check it gave up on never charges later.

@@ -43,12 +43,14 @@ function rawCall(name: string, argsText: string | null, id: number | string | nu
 
 /** A store that records the longest key it was asked to admit (the memory a bucket holds grows with it). */
 class KeyLengthProbe implements BudgetStore {
-  readonly neverWaits = true
   longestKey = 0
   constructor(private readonly inner: MemoryBudgetStore) {}
-  admit(charges: readonly BucketCharge[]): Promise<AdmitResult> {
+  admitNow(charges: readonly BucketCharge[]): AdmitResult {
     for (const c of charges) this.longestKey = Math.max(this.longestKey, c.key.length)
-    return this.inner.admit(charges)
+    return this.inner.admitNow(charges)
+  }
+  admit(charges: readonly BucketCharge[]): Promise<AdmitResult> {
+    return Promise.resolve(this.admitNow(charges))
   }
   refund(charges: readonly BucketCharge[], result: AdmitResult): Promise<void> {
     return this.inner.refund(charges, result)

@@ -68,7 +68,7 @@ export function budgetStoreContract(label: string, open: () => Promise<StoreFixt
       expect(result.admitted).toBe(true)
       expect(result.refusedBy).toBe(-1)
       expect(result.buckets).toHaveLength(1)
-      expect(result.buckets[0]).toMatchObject({ kind: 'identity', limit: 5, windowSeconds: 60, remaining: 4 })
+      expect(result.buckets[0].remaining).toBe(4)
       expect(result.buckets[0].resetSeconds).toBeGreaterThan(60 - CLOCK_SLACK_SECONDS)
       expect(result.buckets[0].resetSeconds).toBeLessThanOrEqual(60)
     })
@@ -112,27 +112,23 @@ export function budgetStoreContract(label: string, open: () => Promise<StoreFixt
 
     test('the first full bucket in the given order is the one reported', async () => {
       const tool = bucket(toolKey('search'), 1)
-      const identity = bucket(identityKey('acme', 'alice'), 1)
+      const identity = bucket(identityKey('acme', 'alice'), 2)
       await store.admit([tool, identity])
       const refused = await store.admit([tool, identity])
       expect(refused.refusedBy).toBe(0)
-      expect(refused.buckets.map((b) => b.kind)).toEqual(['tool', 'identity'])
+      expect(refused.buckets.map((b) => b.remaining)).toEqual([0, 1])
     })
 
     test('every charge gets a state in the given order, refused or not, with the counts unchanged by a refusal', async () => {
       const charges = [
         bucket(toolKey('search'), 10, { name: 'search' }),
-        bucket(tenantKey('acme'), 10, { name: 'acme' }),
+        bucket(tenantKey('acme'), 8, { name: 'acme' }),
         bucket(identityKey('acme', 'alice'), 1, { name: 'alice' }),
       ]
       await store.admit(charges)
       const refused = await store.admit(charges)
       expect(refused.refusedBy).toBe(2)
-      expect(refused.buckets.map((b) => [b.kind, b.name, b.limit, b.remaining])).toEqual([
-        ['tool', 'search', 10, 9],
-        ['tenant', 'acme', 10, 9],
-        ['identity', 'alice', 1, 0],
-      ])
+      expect(refused.buckets.map((b) => b.remaining)).toEqual([9, 7, 0])
     })
 
     test('a charge costing more than one takes it all or nothing', async () => {

@@ -21,6 +21,20 @@ class BrokenStore implements BudgetStore {
   async close(): Promise<void> {}
 }
 
+/** A store that decides in memory (admitNow, as MemoryBudgetStore) and fails: the stage's synchronous path. */
+class BrokenSyncStore implements BudgetStore {
+  admitNow(): AdmitResult {
+    throw new Error('bucket table corrupted')
+  }
+  admit(): Promise<AdmitResult> {
+    return Promise.reject(new Error('bucket table corrupted'))
+  }
+  refund(): Promise<void> {
+    return Promise.resolve()
+  }
+  async close(): Promise<void> {}
+}
+
 /** A store whose database stopped answering: checks never settle. */
 class HungStore implements BudgetStore {
   admit(): Promise<AdmitResult> {
@@ -64,6 +78,15 @@ describe('a failing store with on_store_error: open (the default)', () => {
     expect(JSON.parse(await text('/readyz'))).toMatchObject({ budget_fail_opens_last_minute: 3 })
   })
 
+  test('a store that decides in memory and throws fails open the same way', async () => {
+    h = await startBudgetHarness({ budget: { requests_per_window: 1 }, store: new BrokenSyncStore() })
+    const res = await h.post(echo())
+    expect(res.status).toBe(200)
+    expect(res.headers.get('ratelimit')).toBeNull()
+    const [entry] = await h.audit()
+    expect(entry).toMatchObject({ decision: 'allow', reason: 'budget check failed open: bucket table corrupted' })
+  })
+
   test('a store that hangs is given up on after check_timeout_seconds and the call goes through', async () => {
     h = await startBudgetHarness({ budget: { check_timeout_seconds: 0.05 }, store: new HungStore() })
     const started = performance.now()
@@ -93,6 +116,15 @@ describe('a failing store with on_store_error: closed', () => {
     expect(entry.decision).toBe('error')
     expect(entry.reason).toMatch(/^WL_BUDGET_STORE_FAILED: budget check failed and budget.on_store_error is closed: connect ECONNREFUSED/)
     expect(await text('/metrics')).toContain('wardline_budget_fail_open_total 0')
+  })
+
+  test('a store that decides in memory and throws fails closed the same way', async () => {
+    h = await startBudgetHarness({ budget: { on_store_error: 'closed' }, store: new BrokenSyncStore() })
+    const res = await h.post(echo(7))
+    expect(res.status).toBe(503)
+    const [entry] = await h.audit()
+    expect(entry.decision).toBe('error')
+    expect(entry.reason).toMatch(/^WL_BUDGET_STORE_FAILED: budget check failed and budget.on_store_error is closed: bucket table corrupted/)
   })
 
   test('calls that are not tools/call never reach the store', async () => {
