@@ -1,6 +1,6 @@
 import type { AuthConfig } from '../config/types'
 import type { Exchange, Principal } from '../pipeline/exchange'
-import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 
 /** What an authenticator concluded: the caller, or why not (for the audit reason and the 401). */
 export type AuthResult = Principal | AuthFailure
@@ -33,18 +33,21 @@ export function authStage(authenticator: Authenticator, config: AuthConfig): Sta
   const challenge = `Bearer realm="wardline"${config.resourceMetadataUrl ? `, resource_metadata="${config.resourceMetadataUrl}"` : ''}`
   return {
     name: 'auth',
-    async run(ex: Exchange) {
+    run(ex: Exchange) {
       // A CORS preflight never carries credentials (Fetch standard, CORS-preflight request): one from a
       // listed origin was answered by the http stage, one from any other origin refused there. What
       // still gets here without an Origin is no browser's preflight, so it needs a token like any request.
-      const result = await authenticator.authenticate(ex)
-      if (!isFailure(result)) {
-        ex.principal = result
-        return CONTINUE
-      }
-      return unauthorized(result, challenge)
+      const result = authenticator.authenticate(ex)
+      // A cached token (and header mode) is known at once: no promise for the common case.
+      return result instanceof Promise ? result.then((r) => verdictOf(ex, r, challenge)) : verdictOf(ex, result, challenge)
     },
   }
+}
+
+function verdictOf(ex: Exchange, result: AuthResult, challenge: string): Verdict {
+  if (isFailure(result)) return unauthorized(result, challenge)
+  ex.principal = result
+  return CONTINUE
 }
 
 /** RFC 6750 §3: error_description is printable ASCII without `"` and `\` (a claim name may be anything). */

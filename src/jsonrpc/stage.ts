@@ -16,14 +16,19 @@ export interface JsonRpcLimits extends ScanLimits {
  */
 const SLICE_BYTES = 64 * 1024
 
-async function parse(body: Buffer, limits: ScanLimits): Promise<ParseResult> {
+/** Parsed at once when the body fits in one slice (no promise), else slice by slice with a turn between. */
+function parse(body: Buffer, limits: ScanLimits): ParseResult | Promise<ParseResult> {
   const scanner = new JsonScanner(body, limits)
-  let scan = scanner.step(SLICE_BYTES)
-  while (scan === null) {
+  const scan = scanner.step(SLICE_BYTES)
+  return scan === null ? parseSliced(body, scanner) : classifyScan(body, scan)
+}
+
+async function parseSliced(body: Buffer, scanner: JsonScanner): Promise<ParseResult> {
+  for (;;) {
     await yieldToLoop()
-    scan = scanner.step(SLICE_BYTES)
+    const scan = scanner.step(SLICE_BYTES)
+    if (scan !== null) return classifyScan(body, scan)
   }
-  return classifyScan(body, scan)
 }
 
 function tooLarge(maxBodyBytes: number): Refusal {
@@ -96,7 +101,7 @@ export function jsonRpcStage(limits: JsonRpcLimits): Stage {
   const tooLargeRefusal = tooLarge(maxBodyBytes)
   return {
     name: 'jsonrpc',
-    async run(ex: Exchange) {
+    run(ex: Exchange) {
       if (ex.req.method !== 'POST') return hasBody(ex) ? readOpaqueBody(ex, maxBodyBytes, tooLargeRefusal) : CONTINUE
       const encoding = ex.req.headers['content-encoding']
       if (encoding !== undefined && encoding !== 'identity') {
@@ -119,22 +124,29 @@ export function jsonRpcStage(limits: JsonRpcLimits): Stage {
           message: 'Request bodies must be UTF-8',
         }
       }
-      const unread = keepBody(ex, await readBody(ex.req, maxBodyBytes), tooLargeRefusal)
-      if (unread !== null) return unread
-      const parsed = await parse(ex.body as Buffer, limits)
-      if (!parsed.ok) {
-        return {
-          status: 400,
-          decision: 'error',
-          reason: parsed.reason,
-          rpcCode: parsed.code,
-          message: parsed.code === PARSE_ERROR ? 'Parse error' : 'Invalid Request',
-          id: parsed.id,
-        }
-      }
-      ex.calls = parsed.calls
-      ex.batch = parsed.batch
-      return CONTINUE
+      return readBody(ex.req, maxBodyBytes).then((read) => {
+        const unread = keepBody(ex, read, tooLargeRefusal)
+        if (unread !== null) return unread
+        const parsed = parse(ex.body as Buffer, limits)
+        return parsed instanceof Promise ? parsed.then((p) => record(ex, p)) : record(ex, parsed)
+      })
     },
   }
+}
+
+/** The calls of a parsed body on the Exchange, or the 400 of one that is not JSON-RPC. */
+function record(ex: Exchange, parsed: ParseResult): Verdict {
+  if (!parsed.ok) {
+    return {
+      status: 400,
+      decision: 'error',
+      reason: parsed.reason,
+      rpcCode: parsed.code,
+      message: parsed.code === PARSE_ERROR ? 'Parse error' : 'Invalid Request',
+      id: parsed.id,
+    }
+  }
+  ex.calls = parsed.calls
+  ex.batch = parsed.batch
+  return CONTINUE
 }
