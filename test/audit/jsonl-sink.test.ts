@@ -50,13 +50,14 @@ describe('line integrity', () => {
     const sink = await JsonlAuditSink.open(path, {
       openFile: async (p, flags) => {
         const handle = await open(p, flags)
-        const append = handle.appendFile.bind(handle)
-        handle.appendFile = async (data: string | Uint8Array) => {
-          if (!failNext) return append(data)
+        const write = handle.write.bind(handle) as (buffer: Buffer, offset: number, length: number) => Promise<{ bytesWritten: number }>
+        // The sink writes a batch as one Buffer: the first write lands 40 bytes of it, then the disk is full.
+        handle.write = (async (buffer: Buffer, offset: number, length: number) => {
+          if (!failNext) return write(buffer, offset, length)
           failNext = false
-          await handle.write(String(data).slice(0, 40))
+          await write(buffer, offset, Math.min(40, length))
           throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' })
-        }
+        }) as typeof handle.write
         return handle
       },
     })
@@ -69,6 +70,24 @@ describe('line integrity', () => {
     expect(lines[0]).toBe(JSON.stringify(auditEntry('a')).slice(0, 40))
     expect(lines.slice(1, 3).map((l) => (JSON.parse(l) as AuditEntry).request_id)).toEqual(['a', 'b'])
     expect(lines[3]).toBe('')
+  })
+
+  test('a write the disk takes a few bytes at a time still lands whole, in order', async () => {
+    const path = join(tempDir(), 'audit.jsonl')
+    const sink = await JsonlAuditSink.open(path, {
+      openFile: async (p, flags) => {
+        const handle = await open(p, flags)
+        const write = handle.write.bind(handle) as (buffer: Buffer, offset: number, length: number) => Promise<{ bytesWritten: number }>
+        // As write(2) may: fewer bytes than asked, every time.
+        handle.write = ((buffer: Buffer, offset: number, length: number) =>
+          write(buffer, offset, Math.min(7, length))) as typeof handle.write
+        return handle
+      },
+    })
+    const entries = ['a', 'b', 'c'].map((id) => auditEntry(id))
+    await sink.write(entries)
+    await sink.close()
+    expect(readFileSync(path, 'utf8')).toBe(entries.map((e) => JSON.stringify(e) + '\n').join(''))
   })
 
   test('a file left ending in a torn line by an earlier run gets a newline before the first new entry', async () => {
