@@ -63,14 +63,7 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
 
   const one = async (): Promise<void> => {
     const started = performance.now()
-    let key: string
-    try {
-      const res = await pool.request(request)
-      await res.body.dump()
-      key = String(res.statusCode)
-    } catch {
-      key = 'error'
-    }
+    const key = await send(pool, request)
     if (!measuring) return
     requests++
     statuses[key] = (statuses[key] ?? 0) + 1
@@ -109,6 +102,17 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     }
   } finally {
     await pool.destroy()
+  }
+}
+
+/** Sends one request and reads its answer to the end: its status as a key of `statuses`, or 'error'. */
+async function send(pool: Pool, request: Dispatcher.RequestOptions): Promise<string> {
+  try {
+    const res = await pool.request(request)
+    await res.body.dump()
+    return String(res.statusCode)
+  } catch {
+    return 'error'
   }
 }
 
@@ -259,14 +263,7 @@ export async function runFixedRate(options: FixedRateOptions): Promise<LoadResul
   const statuses: Record<string, number> = {}
   let done = 0
   const one = async (dueAt: number): Promise<void> => {
-    let key: string
-    try {
-      const res = await pool.request(request)
-      await res.body.dump()
-      key = String(res.statusCode)
-    } catch {
-      key = 'error'
-    }
+    const key = await send(pool, request)
     samples[done++] = performance.now() - dueAt
     statuses[key] = (statuses[key] ?? 0) + 1
   }
