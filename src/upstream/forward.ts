@@ -36,6 +36,7 @@ export class Upstream {
   private readonly basePath: string
   private readonly timeoutMs: number
   private readonly forwardedHeaders: ForwardedHeaders
+  private readonly deadlines: Deadlines
 
   /** `trustedProxies`: peers whose X-Forwarded-* chain is extended rather than replaced (IPs, CIDRs). */
   constructor(config: UpstreamConfig, trustedProxies: readonly string[] = []) {
@@ -43,6 +44,7 @@ export class Upstream {
     this.origin = new URL(config.url)
     this.basePath = this.origin.pathname.replace(/\/+$/, '')
     this.timeoutMs = config.timeoutSeconds * 1000
+    this.deadlines = new Deadlines(this.timeoutMs)
     const options = {
       pipelining: 1,
       headersTimeout: this.timeoutMs,
@@ -76,7 +78,7 @@ export class Upstream {
     headers.push('x-wardline-request-id', ex.requestId)
     this.forwardedHeaders.push(req, headers)
     return new Promise((resolve, reject) => {
-      const handler = new RelayHandler(ex, resolve, reject, this.timeoutMs)
+      const handler = new RelayHandler(ex, resolve, reject, this.deadlines)
       ;(isStream(ex) ? this.streams : this.pool).dispatch(
         {
           origin: this.origin.origin,
@@ -91,6 +93,7 @@ export class Upstream {
   }
 
   async destroy(): Promise<void> {
+    this.deadlines.stop()
     await Promise.all([this.pool.destroy(), this.streams.destroy()])
   }
 }
@@ -122,18 +125,21 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   /**
    * upstream_timeout_seconds counts from the moment the request is handed to the pool: undici's own
    * headersTimeout starts only once a connection is free, so a request queued behind a saturated pool
-   * would otherwise wait without bound.
+   * would otherwise wait without bound. The handler waits in `deadlines` until its response starts.
    */
-  private readonly deadline: NodeJS.Timeout
+  deadlineAt = 0
+  /** Links of the Deadlines queue; null when not on it. */
+  deadlineNext: RelayHandler | null = null
+  deadlinePrev: RelayHandler | null = null
 
   constructor(
     private readonly ex: Exchange,
     private readonly resolve: () => void,
     private readonly reject: (err: Error) => void,
-    timeoutMs: number,
+    private readonly deadlines: Deadlines,
   ) {
     ex.res.on('close', this.onClientClose)
-    this.deadline = setTimeout(expire, timeoutMs, this)
+    deadlines.add(this)
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -144,7 +150,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
     if (statusCode < 200 || this.settled) return // 1xx informational: the final response follows
-    clearTimeout(this.deadline)
+    this.deadlines.remove(this)
     this.started = true
     if (this.ex.answerReaders !== null) {
       reportOutcome(this.ex, { status: statusCode, failure: null, sent: true })
@@ -319,7 +325,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   private detach(): void {
-    clearTimeout(this.deadline)
+    this.deadlines.remove(this)
     this.ex.res.off('close', this.onClientClose)
     this.ex.res.off('drain', this.onDrain)
   }
@@ -341,9 +347,61 @@ function clientLeft(ex: Exchange): void {
   if (ex.status === 0) ex.status = 499 // nginx's "client closed request": nothing was answered
 }
 
-/** One module-level timer callback instead of a closure per request. */
-function expire(handler: RelayHandler): void {
-  handler.onDeadline()
+/**
+ * The requests waiting for their response to start, oldest first, behind one timer. Every request of
+ * an Upstream has the same timeout, so deadlines come in the order requests are added: the timer only
+ * ever needs the oldest's. A timer per request (a Timeout object, inserted into and removed from Node's
+ * timer lists) cost more than the rest of this put together; here a request costs two links.
+ */
+class Deadlines {
+  private oldest: RelayHandler | null = null
+  private newest: RelayHandler | null = null
+  private timer: NodeJS.Timeout | null = null
+
+  constructor(private readonly timeoutMs: number) {}
+
+  add(handler: RelayHandler): void {
+    handler.deadlineAt = performance.now() + this.timeoutMs
+    handler.deadlinePrev = this.newest
+    handler.deadlineNext = null
+    if (this.newest !== null) this.newest.deadlineNext = handler
+    else this.oldest = handler
+    this.newest = handler
+    // An armed timer fires for an older deadline and re-arms for this one if it is still waiting.
+    if (this.timer === null) this.arm(this.timeoutMs)
+  }
+
+  /** At shutdown: nothing fires any more. */
+  stop(): void {
+    if (this.timer !== null) clearTimeout(this.timer)
+    this.timer = null
+  }
+
+  private arm(ms: number): void {
+    // Unref'd: requests in flight keep the process alive through their sockets; a timer left armed
+    // after the last one finished must not.
+    this.timer = setTimeout(this.expire, ms).unref()
+  }
+
+  remove(handler: RelayHandler): void {
+    if (handler.deadlinePrev === null && this.oldest !== handler) return // not waiting
+    if (handler.deadlinePrev !== null) handler.deadlinePrev.deadlineNext = handler.deadlineNext
+    else this.oldest = handler.deadlineNext
+    if (handler.deadlineNext !== null) handler.deadlineNext.deadlinePrev = handler.deadlinePrev
+    else this.newest = handler.deadlinePrev
+    handler.deadlinePrev = null
+    handler.deadlineNext = null
+  }
+
+  private readonly expire = (): void => {
+    this.timer = null
+    const now = performance.now()
+    for (let h = this.oldest; h !== null && h.deadlineAt <= now; h = this.oldest) {
+      this.remove(h)
+      h.onDeadline()
+    }
+    if (this.oldest !== null) this.arm(Math.max(1, this.oldest.deadlineAt - now))
+  }
 }
 
 function classify(err: Error): WardlineError {

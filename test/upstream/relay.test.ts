@@ -386,6 +386,29 @@ describe('upstream_timeout', () => {
     expect(ex.aborted).toBe(false)
   })
 
+  test('requests sent at different times each time out at their own deadline, and one answered meanwhile never does', async () => {
+    const relay = await startRelay(
+      (req, res) => {
+        if (req.headers['x-which'] === 'answered') res.writeHead(204).end()
+      },
+      { config: { timeoutSeconds: 0.3 } },
+    )
+    const startedFirst = performance.now()
+    const first = call(relay, { headers: { 'x-which': 'first' } }).response
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    const startedSecond = performance.now()
+    const second = call(relay, { headers: { 'x-which': 'second' } }).response
+    expect((await call(relay, { headers: { 'x-which': 'answered' } }).response).statusCode).toBe(204)
+    expect((await first).statusCode).toBe(502)
+    const firstDone = performance.now()
+    expect((await second).statusCode).toBe(502)
+    // Each waited its own 300 ms (timers never fire early), not the first one's.
+    expect(firstDone - startedFirst).toBeGreaterThanOrEqual(290)
+    expect(performance.now() - startedSecond).toBeGreaterThanOrEqual(290)
+    const outcomes = await Promise.all([0, 1, 2].map(async () => (await relay.next()).settled))
+    expect(outcomes.map((o) => codeOf(o.rejected) ?? 'served').sort()).toEqual(['WL_UPSTREAM_TIMEOUT', 'WL_UPSTREAM_TIMEOUT', 'served'])
+  })
+
   test('a request queued behind a saturated pool times out too, and never reaches the upstream', async () => {
     const endFirst = gate()
     const relay = await startRelay(
