@@ -68,6 +68,15 @@ describe('audit JSONL lines, built by hand', () => {
     expect(toJsonLines(entries)).toBe(reference(entries))
   })
 
+  it('writes latencies as JSON.stringify does, over every microsecond to 20 ms and a spread beyond', () => {
+    const values: number[] = []
+    for (let us = 0; us <= 20_000; us++) values.push(Math.round(us) / 1000)
+    for (let i = 0; i < 20_000; i++) values.push(Math.round(Math.random() * 1e12) / 1000)
+    values.push(0.0001, 1e-7, 123.4567, -1.5, -0, 1e21, 2 ** 53, Number.MAX_SAFE_INTEGER / 1000, 0.1 + 0.2)
+    const entries = values.map((latency) => entry('x', { latency_ms: latency }))
+    expect(toJsonLines(entries)).toBe(reference(entries))
+  })
+
   it('leaves printable ASCII as it is and sends everything else through JSON.stringify', () => {
     expect(jsonString('printable ~ ascii')).toBe('"printable ~ ascii"')
     for (const s of NASTY) expect(JSON.parse(jsonString(s))).toBe(s)
