@@ -10,7 +10,6 @@
  * 1,000 req/s whose latency is what most deployments see.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
-import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { benchToken, JWT_SECRET } from './auth'
 import { HUGE } from './budget'
@@ -61,15 +60,31 @@ interface Pinning {
   readonly all: string
 }
 
+/**
+ * The first two CPUs this process may run on (its affinity list as taskset reports it, so a container's
+ * cpuset is respected), or null without taskset or a second CPU. `all` restores the list afterwards.
+ */
 function pinning(): Pinning | null {
-  const n = cpus().length
-  if (n < 2) return null
+  let all: string
   try {
-    execFileSync('taskset', ['-V'], { stdio: 'ignore' })
+    const out = execFileSync('taskset', ['-p', '-c', String(process.pid)], { encoding: 'utf8' })
+    all = out.slice(out.lastIndexOf(':') + 1).trim()
   } catch {
     return null
   }
-  return { load: '0', servers: '1', all: `0-${n - 1}` }
+  const cpus = expandCpuList(all)
+  return cpus.length < 2 ? null : { load: String(cpus[0]), servers: String(cpus[1]), all }
+}
+
+/** `0-2,5` → [0, 1, 2, 5] */
+function expandCpuList(list: string): number[] {
+  const out: number[] = []
+  for (const part of list.split(',')) {
+    const [from, to] = part.split('-').map(Number)
+    if (!Number.isInteger(from)) continue
+    for (let cpu = from; cpu <= (Number.isInteger(to) ? to : from); cpu++) out.push(cpu)
+  }
+  return out
 }
 
 /** Every thread of this process onto `cores` (taskset -a: the threads of the pool and of workers too). */
