@@ -1,11 +1,12 @@
+import { LinkedList } from '../linked-list'
 import type { Principal } from '../pipeline/exchange'
 
 /** One cached token, and its place in the recency list. */
 class Entry {
-  /** The entry used just after this one (the sentinel, for the most recently used). */
-  newer: Entry = this
-  /** The entry used just before this one (the sentinel, for the least recently used). */
-  older: Entry = this
+  /** The entry used just before this one (null for the least recently used). */
+  listPrev: Entry | null = null
+  /** The entry used just after this one (null for the most recently used). */
+  listNext: Entry | null = null
 
   constructor(
     readonly key: string,
@@ -16,8 +17,6 @@ class Entry {
     readonly expiresAt: number,
   ) {}
 }
-
-const NOBODY: Principal = Object.freeze({ identity: '', tenant: '' })
 
 /**
  * Entries are found by the last 16 characters of their key and confirmed by the whole key. A Map hashes
@@ -41,8 +40,8 @@ const SLOT_CHARS = 16
  * (isNonCanonicalJws), so one signed token is one key, and a caller cannot fill the cache (or force a
  * verification per request) with copies.
  *
- * A hit writes no Map: recency is an intrusive doubly linked list through the entries (move to front:
- * four pointer writes, no allocation), and the Map only gains a key on insert and loses one on eviction
+ * A hit writes no Map: recency is a linked list through the entries (linked-list.ts: moving an entry to
+ * the newest end writes a few pointers, no allocation), and the Map only gains a key on insert and loses one on eviction
  * or expiry. Re-inserting into the Map on every hit (the insertion-order LRU this replaces) cost a
  * delete and a set per request and left the table full of deleted slots, rebuilt every few requests.
  * An access stamp with approximate eviction would also keep the Map still, but would need a scan (or
@@ -50,11 +49,8 @@ const SLOT_CHARS = 16
  */
 export class TokenCache {
   private readonly entries = new Map<string, Entry>()
-  /**
-   * Sentinel of the circular recency list, which it closes at both ends: `head.older` is the most recently
-   * used entry and `head.newer` the least (the sentinel itself when the cache is empty).
-   */
-  private readonly head = new Entry('', '', NOBODY, 0)
+  /** Least recently used first. */
+  private readonly recency = new LinkedList<Entry>()
 
   constructor(
     private readonly maxEntries: number,
@@ -73,9 +69,9 @@ export class TokenCache {
       return undefined
     }
     // A client that keeps sending one token finds it first already: nothing to write.
-    if (entry.newer !== this.head) {
-      this.unlink(entry)
-      this.linkFirst(entry)
+    if (this.recency.newest !== entry) {
+      this.recency.remove(entry)
+      this.recency.push(entry)
     }
     return entry.principal
   }
@@ -91,33 +87,19 @@ export class TokenCache {
     if (previous !== undefined) this.remove(previous)
     const entry = new Entry(key, slot, principal, expiresAt)
     this.entries.set(slot, entry)
-    this.linkFirst(entry)
+    this.recency.push(entry)
     // Evict the least recently used; expired entries are dropped lazily when they are looked up or evicted.
-    if (this.entries.size > this.maxEntries) this.remove(this.head.newer)
+    const oldest = this.recency.oldest
+    if (this.entries.size > this.maxEntries && oldest !== null) this.remove(oldest)
   }
 
   clear(): void {
     this.entries.clear()
-    this.head.newer = this.head.older = this.head
-  }
-
-  private linkFirst(entry: Entry): void {
-    const first = this.head.older
-    entry.newer = this.head
-    entry.older = first
-    first.newer = entry
-    this.head.older = entry
-  }
-
-  private unlink(entry: Entry): void {
-    entry.newer.older = entry.older
-    entry.older.newer = entry.newer
+    this.recency.clear()
   }
 
   private remove(entry: Entry): void {
     this.entries.delete(entry.slot)
-    this.unlink(entry)
-    // A dropped entry still held (by a closure, a debugger) keeps no live entry reachable through it.
-    entry.newer = entry.older = entry
+    this.recency.remove(entry)
   }
 }

@@ -99,9 +99,9 @@ export class Exchange {
    * response then carries CORS headers for it, local answers and forwarded ones alike (http stage).
    */
   corsOrigin: string | null = null
-  /** Links of the gateway's list of running requests (RunningList); null when not on it. */
-  runningPrev: Exchange | null = null
-  runningNext: Exchange | null = null
+  /** Links of the gateway's list of running requests (linked-list.ts); null when not on it. */
+  listPrev: Exchange | null = null
+  listNext: Exchange | null = null
 
   constructor(
     readonly req: IncomingMessage,
@@ -131,45 +131,5 @@ export class Exchange {
     const q = url.indexOf('?')
     if (q < 0 || !url.includes('sessionId=', q)) return ''
     return new URLSearchParams(url.slice(q + 1)).get('sessionId') ?? ''
-  }
-}
-
-/**
- * The requests between arrival and their audit record, as a doubly linked list through the exchanges
- * themselves. Not a Set: V8's hash sets keep deleted members reachable from obsolete backing tables
- * that were already promoted, so under churn every finished request's graph (req, res, body) survived
- * scavenges and was promoted to the old space: GC cost several times what the request itself took.
- * Linking costs two fields per exchange and allocates nothing.
- */
-export class RunningList {
-  private head: Exchange | null = null
-  private count = 0
-
-  get size(): number {
-    return this.count
-  }
-
-  add(ex: Exchange): void {
-    ex.runningPrev = null
-    ex.runningNext = this.head
-    if (this.head !== null) this.head.runningPrev = ex
-    this.head = ex
-    this.count++
-  }
-
-  /** Unlinks `ex`; its links are cleared so it holds no other request alive. */
-  delete(ex: Exchange): void {
-    if (ex.runningPrev === null && this.head !== ex) return // not on the list
-    if (ex.runningPrev !== null) ex.runningPrev.runningNext = ex.runningNext
-    else this.head = ex.runningNext
-    if (ex.runningNext !== null) ex.runningNext.runningPrev = ex.runningPrev
-    ex.runningPrev = null
-    ex.runningNext = null
-    this.count--
-  }
-
-  /** Calls `fn` on every running request (most recent first). `fn` must not add or remove requests. */
-  forEach(fn: (ex: Exchange) => void): void {
-    for (let ex = this.head; ex !== null; ex = ex.runningNext) fn(ex)
   }
 }

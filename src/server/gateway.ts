@@ -7,7 +7,8 @@ import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refu
 import { writeLocalBody, writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
 import { setCorsHeaders } from '../pipeline/cors'
-import { Exchange, RunningList } from '../pipeline/exchange'
+import { LinkedList } from '../linked-list'
+import { Exchange } from '../pipeline/exchange'
 import { AnswerPlan } from '../pipeline/answer'
 import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
 import { CLIENT_CLOSED, type Upstream } from '../upstream/forward'
@@ -29,8 +30,8 @@ function chainOf(stages: readonly Stage[], toolRefusals: ToolRefusals): Chain {
  * upstream (with the answer phase) or a local answer, then the finish phase and exactly one audit record.
  */
 export class Gateway {
-  /** Requests between arrival and their audit record. */
-  private readonly running = new RunningList()
+  /** Requests between arrival and their audit record (a linked list, not a Set: see linked-list.ts). */
+  private readonly running = new LinkedList<Exchange>()
   /** The chain new requests run through; a reload swaps it whole. */
   private chain: Chain
 
@@ -79,7 +80,7 @@ export class Gateway {
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
     const chain = this.chain
-    this.running.add(ex)
+    this.running.push(ex)
     try {
       const verdict = runStages(chain.stages, ex)
       const refusal = verdict instanceof Promise ? await verdict : verdict
@@ -93,7 +94,7 @@ export class Gateway {
       this.replyWithError(ex, err)
     } finally {
       if (ex.cutAtShutdown && ex.aborted) ex.reason = cutReason(ex.reason)
-      this.running.delete(ex)
+      this.running.remove(ex)
       // Every path (refused, failed, client gone, stream closed) ends here, once: the stages release
       // what they took, then the request is audited.
       finishStages(chain.stages, ex)

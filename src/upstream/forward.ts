@@ -3,6 +3,7 @@ import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/types'
 import { WardlineError, describeError } from '../errors'
 import { isStream } from '../jsonrpc/mcp-headers'
+import { LinkedList } from '../linked-list'
 import { pushCorsHeaders } from '../pipeline/cors'
 import { reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
@@ -129,8 +130,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    */
   deadlineAt = 0
   /** Links of the Deadlines queue; null when not on it. */
-  deadlineNext: RelayHandler | null = null
-  deadlinePrev: RelayHandler | null = null
+  listPrev: RelayHandler | null = null
+  listNext: RelayHandler | null = null
 
   constructor(
     private readonly ex: Exchange,
@@ -351,24 +352,23 @@ function clientLeft(ex: Exchange): void {
  * The requests waiting for their response to start, oldest first, behind one timer. Every request of
  * an Upstream has the same timeout, so deadlines come in the order requests are added: the timer only
  * ever needs the oldest's. A timer per request (a Timeout object, inserted into and removed from Node's
- * timer lists) cost more than the rest of this put together; here a request costs two links.
+ * timer lists) cost more than the rest of this put together; here a request costs a push and a remove.
  */
 class Deadlines {
-  private oldest: RelayHandler | null = null
-  private newest: RelayHandler | null = null
+  private readonly waiting = new LinkedList<RelayHandler>()
   private timer: NodeJS.Timeout | null = null
 
   constructor(private readonly timeoutMs: number) {}
 
   add(handler: RelayHandler): void {
     handler.deadlineAt = performance.now() + this.timeoutMs
-    handler.deadlinePrev = this.newest
-    handler.deadlineNext = null
-    if (this.newest !== null) this.newest.deadlineNext = handler
-    else this.oldest = handler
-    this.newest = handler
+    this.waiting.push(handler)
     // An armed timer fires for an older deadline and re-arms for this one if it is still waiting.
     if (this.timer === null) this.arm(this.timeoutMs)
+  }
+
+  remove(handler: RelayHandler): void {
+    this.waiting.remove(handler)
   }
 
   /** At shutdown: nothing fires any more. */
@@ -383,24 +383,15 @@ class Deadlines {
     this.timer = setTimeout(this.expire, ms).unref()
   }
 
-  remove(handler: RelayHandler): void {
-    if (handler.deadlinePrev === null && this.oldest !== handler) return // not waiting
-    if (handler.deadlinePrev !== null) handler.deadlinePrev.deadlineNext = handler.deadlineNext
-    else this.oldest = handler.deadlineNext
-    if (handler.deadlineNext !== null) handler.deadlineNext.deadlinePrev = handler.deadlinePrev
-    else this.newest = handler.deadlinePrev
-    handler.deadlinePrev = null
-    handler.deadlineNext = null
-  }
-
   private readonly expire = (): void => {
     this.timer = null
     const now = performance.now()
-    for (let h = this.oldest; h !== null && h.deadlineAt <= now; h = this.oldest) {
-      this.remove(h)
+    for (let h = this.waiting.oldest; h !== null && h.deadlineAt <= now; h = this.waiting.oldest) {
+      this.waiting.remove(h)
       h.onDeadline()
     }
-    if (this.oldest !== null) this.arm(Math.max(1, this.oldest.deadlineAt - now))
+    const next = this.waiting.oldest
+    if (next !== null) this.arm(Math.max(1, next.deadlineAt - now))
   }
 }
 
