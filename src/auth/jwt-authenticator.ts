@@ -2,6 +2,7 @@ import { type JWTPayload, type JWTVerifyOptions, decodeProtectedHeader, errors, 
 import type { JwtConfig } from '../config/types'
 import { WardlineError, describeError } from '../errors'
 import type { Logger } from '../log'
+import { rawHeaderCount } from '../http/raw-headers'
 import type { Exchange } from '../pipeline/exchange'
 import { type VerificationKeys, loadKeys } from './keys'
 import { DEFAULT_TENANT, checkPrincipal } from './principal'
@@ -94,7 +95,7 @@ export class JwtAuthenticator implements Authenticator {
     if (hasQueryToken(req.url)) return QUERY_TOKEN
     const header = req.headers.authorization
     if (header === undefined || header === '') return MISSING
-    if (authorizationCount(req.rawHeaders) > 1) return REPEATED_HEADER
+    if (rawHeaderCount(req.rawHeaders, 'authorization') > 1) return REPEATED_HEADER
     // Keys are `Bearer <token>` for tokens verified in full (see verify), so a header equal to one is
     // exactly what BEARER would parse to that token: the hit needs no parsing. Any other spelling (the
     // scheme in another case, more spaces, two tokens, padding) misses here and takes the path below.
@@ -253,24 +254,4 @@ function algorithmOf(token: string): string | undefined {
 
 function safeName(claim: string): string {
   return /^[A-Za-z0-9_:.-]{1,64}$/.test(claim) ? claim : 'unknown'
-}
-
-function authorizationCount(raw: readonly string[]): number {
-  let n = 0
-  for (let i = 0; i < raw.length; i += 2) if (isAuthorizationName(raw[i])) n++
-  return n
-}
-
-const AUTHORIZATION = 'authorization'
-
-/**
- * `name.toLowerCase() === 'authorization'` without a lower-cased copy per header: for a lower-case
- * letter L, `c | 0x20` is L only for L and its upper case. (The one non-ASCII character toLowerCase
- * turns into a single ASCII letter is U+212A KELVIN SIGN, `k`, which this name has none of.)
- */
-function isAuthorizationName(name: string): boolean {
-  if (name.length !== AUTHORIZATION.length) return false
-  if (name === AUTHORIZATION) return true
-  for (let i = 0; i < AUTHORIZATION.length; i++) if ((name.charCodeAt(i) | 0x20) !== AUTHORIZATION.charCodeAt(i)) return false
-  return true
 }

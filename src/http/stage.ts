@@ -1,4 +1,5 @@
 import type { HttpConfig } from '../config/types'
+import { rawHeaderCount } from './raw-headers'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 
@@ -110,7 +111,7 @@ function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
     check(ex: Exchange): Refusal | null {
       const host = ex.req.headers.host
       if (host === undefined || host === '') return NO_HOST
-      if (hostCount(ex.req.rawHeaders) > 1) return TWO_HOSTS
+      if (rawHeaderCount(ex.req.rawHeaders, 'host') > 1) return TWO_HOSTS
       const value = host.toLowerCase()
       if (exact.has(value)) return null
       const { name, port } = splitHost(value)
@@ -123,12 +124,6 @@ function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
 }
 
 const PORT = /^\d{1,5}$/
-
-function hostCount(raw: readonly string[]): number {
-  let count = 0
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === 'host') count++
-  return count
-}
 
 /** `name` keeps an IPv6 literal's brackets; `port` is null without a `:` (and '' after a bare one). */
 function splitHost(host: string): { name: string; port: string | null } {

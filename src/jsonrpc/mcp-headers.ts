@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http'
+import { rawHeaderCount } from '../http/raw-headers'
 import type { Exchange, RpcCall } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import { quoted } from './resource-uri'
@@ -130,16 +131,8 @@ function mismatch(header: string, reason: string, missing = false): Refusal {
  * headers is present at all: rawHeaders is the one place that still shows a repeat.
  */
 function repeatedHeader(req: IncomingMessage): string | null {
-  const raw = req.rawHeaders
-  let methods = 0
-  let names = 0
-  for (let i = 0; i < raw.length; i += 2) {
-    const key = raw[i]
-    if (key.length === 10 && key.toLowerCase() === 'mcp-method') methods++
-    else if (key.length === 8 && key.toLowerCase() === 'mcp-name') names++
-  }
-  if (methods > 1) return 'Mcp-Method'
-  return names > 1 ? 'Mcp-Name' : null
+  if (rawHeaderCount(req.rawHeaders, 'mcp-method') > 1) return 'Mcp-Method'
+  return rawHeaderCount(req.rawHeaders, 'mcp-name') > 1 ? 'Mcp-Name' : null
 }
 
 /**
