@@ -2,27 +2,11 @@
  * The http stage on its own: which Host and Origin values pass, what a refusal says, and the preflight
  * answer it builds. test/e2e/origin.test.ts checks the same through a running gateway.
  */
-import { IncomingMessage, ServerResponse } from 'node:http'
-import { Socket } from 'node:net'
 import { httpStage } from '../../src/http/stage'
 import type { HttpConfig } from '../../src/config/types'
-import { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Refusal, type Verdict } from '../../src/pipeline/stage'
+import { exchangeWithHeaders as exchange } from '../helpers/exchange'
 import { configFrom } from '../helpers/harness'
-
-function exchange(method: string, headers: Array<[string, string]>): Exchange {
-  const req = new IncomingMessage(new Socket())
-  req.method = method
-  req.url = '/mcp'
-  req.rawHeaders = headers.flat()
-  for (const [name, value] of headers) {
-    const key = name.toLowerCase()
-    if (!(key in req.headers))
-      req.headers[key] = value // Node keeps the first Host
-    else if (key !== 'host') req.headers[key] = `${req.headers[key] as string}, ${value}`
-  }
-  return new Exchange(req, new ServerResponse(req), 'id', 0, 0)
-}
 
 function http(tree: Record<string, unknown>): HttpConfig {
   return configFrom({ upstream: 'http://127.0.0.1:1', auth: { mode: 'header' }, audit: { output: 'stdout' }, ...tree }).http

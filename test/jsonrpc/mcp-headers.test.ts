@@ -3,26 +3,17 @@
  * isStream, on Exchanges built from real Node request objects and the real parser.
  * test/e2e/mcp-headers.test.ts checks the same through a running gateway.
  */
-import { IncomingMessage, ServerResponse } from 'node:http'
-import { Socket } from 'node:net'
 import { HEADER_MISMATCH, isStream, mcpHeadersStage } from '../../src/jsonrpc/mcp-headers'
 import { parseMessages } from '../../src/jsonrpc/parse'
-import { Exchange } from '../../src/pipeline/exchange'
+import type { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Refusal, type Verdict } from '../../src/pipeline/stage'
+import { exchangeWithHeaders } from '../helpers/exchange'
 
 const LIMITS = { maxJsonDepth: 64, maxBatchMessages: 100 }
 
 /** An Exchange as the jsonrpc stage leaves it: headers as Node reads them (repeats joined), the body parsed. */
 function exchange(body: unknown, headers: Array<[string, string]>, method = 'POST'): Exchange {
-  const req = new IncomingMessage(new Socket())
-  req.method = method
-  req.url = '/mcp'
-  req.rawHeaders = headers.flat()
-  for (const [name, value] of headers) {
-    const key = name.toLowerCase()
-    req.headers[key] = key in req.headers ? `${req.headers[key] as string}, ${value}` : value
-  }
-  const ex = new Exchange(req, new ServerResponse(req), 'id', 0, 0)
+  const ex = exchangeWithHeaders(method, headers)
   if (method === 'POST') {
     const parsed = parseMessages(Buffer.from(JSON.stringify(body)), LIMITS)
     if (!parsed.ok) throw new Error(`test body does not parse: ${parsed.reason}`)
