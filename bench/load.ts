@@ -147,11 +147,11 @@ export function median(values: readonly number[]): number {
  * Runs each named scenario once per round, in the same order every round (A, B, A, B…), so slow
  * phases of a shared machine hit every scenario alike. Returns every round's result per name.
  */
-export async function interleave(
+export async function interleave<T = LoadResult>(
   rounds: number,
-  scenarios: Readonly<Record<string, () => Promise<LoadResult>>>,
-): Promise<Record<string, LoadResult[]>> {
-  const out: Record<string, LoadResult[]> = {}
+  scenarios: Readonly<Record<string, () => Promise<T>>>,
+): Promise<Record<string, T[]>> {
+  const out: Record<string, T[]> = {}
   const names = Object.keys(scenarios)
   for (const name of names) out[name] = []
   // The order rotates each round, so no scenario always runs first (after the previous round's last

@@ -14,7 +14,17 @@ import { join } from 'node:path'
 import { benchToken, JWT_SECRET } from './auth'
 import { HUGE } from './budget'
 import { TOOL_CALL_BODY, benchHeaders } from './fixtures'
-import { type BenchContext, type BenchRow, type BenchSection, type LoadResult, median, runFixedRate, runLoad, summarize } from './load'
+import {
+  type BenchContext,
+  type BenchRow,
+  type BenchSection,
+  type LoadResult,
+  interleave,
+  median,
+  runFixedRate,
+  runLoad,
+  summarize,
+} from './load'
 import type { ProcessSample } from './server-process'
 import type { ServerJob } from './servers'
 
@@ -202,19 +212,6 @@ function costs(s: Summary): string {
  */
 const AGAINST = process.env.BENCH_AGAINST
 
-/** Rounds interleaved over the targets, the order rotating each round (as load.ts interleave). */
-async function rotate<T>(rounds: number, names: readonly string[], run: (name: string) => Promise<T>): Promise<Record<string, T[]>> {
-  const out: Record<string, T[]> = {}
-  for (const name of names) out[name] = []
-  for (let round = 0; round < rounds; round++) {
-    for (let i = 0; i < names.length; i++) {
-      const name = names[(round + i) % names.length]
-      out[name].push(await run(name))
-    }
-  }
-  return out
-}
-
 export const core: BenchSection = {
   name: 'core',
   budgetSeconds: AGAINST === undefined ? 40 : 56,
@@ -237,6 +234,9 @@ export const core: BenchSection = {
       await start('gateway', { kind: 'gateway', upstreamUrl: upstream.url, tree: everyStageOn() })
       if (AGAINST !== undefined) await start('against', { kind: 'gateway', upstreamUrl: upstream.url, tree: everyStageOn() }, AGAINST)
       const names = Object.keys(targets)
+      // One scenario per target, for load.ts interleave.
+      const perTarget = <T>(run: (name: string) => Promise<T>): Record<string, () => Promise<T>> =>
+        Object.fromEntries(names.map((name) => [name, () => run(name)]))
       const closed = (name: string, durationMs: number) => () =>
         runLoad({ url: `${targets[name].url}/mcp`, method: 'POST', headers, body: TOOL_CALL_BODY, concurrency: CONNECTIONS, durationMs })
 
@@ -245,22 +245,26 @@ export const core: BenchSection = {
           (pins === null ? 'no CPU pinning on this machine' : `load on CPU ${pins.load}, servers on CPU ${pins.servers}`),
       )
       for (const name of names) await closed(name, FIRST_WARMUP_MS)()
-      const rounds = await rotate(ctx.rounds, names, (name) =>
-        measuredRound(targets[name], closed(name, ctx.roundMs), closed(name, WARMUP_MS)),
+      const rounds = await interleave(
+        ctx.rounds,
+        perTarget((name) => measuredRound(targets[name], closed(name, ctx.roundMs), closed(name, WARMUP_MS))),
       )
       const summary: Record<string, Summary> = {}
       for (const name of names) summary[name] = summarizeRounds(rounds[name])
 
       ctx.progress(`core: fixed ${FIXED_RATE} req/s, ${PACED_ROUNDS} rounds of ${ctx.roundMs * 2} ms each`)
-      const paced = await rotate(PACED_ROUNDS, names, (name) =>
-        runFixedRate({
-          url: `${targets[name].url}/mcp`,
-          headers,
-          body: TOOL_CALL_BODY,
-          ratePerSec: FIXED_RATE,
-          durationMs: ctx.roundMs * 2,
-          connections: CONNECTIONS,
-        }),
+      const paced = await interleave(
+        PACED_ROUNDS,
+        perTarget((name) =>
+          runFixedRate({
+            url: `${targets[name].url}/mcp`,
+            headers,
+            body: TOOL_CALL_BODY,
+            ratePerSec: FIXED_RATE,
+            durationMs: ctx.roundMs * 2,
+            connections: CONNECTIONS,
+          }),
+        ),
       )
       const pacedOf = (name: string): LoadResult => summarize(paced[name])
       const rows: BenchRow[] = [
