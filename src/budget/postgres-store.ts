@@ -2,7 +2,8 @@ import type { Pool, PoolClient, QueryConfig } from 'pg'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import { withDeadline } from '../deadline'
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore, WindowId } from './store'
+import { ReplicaHeartbeat } from '../postgres/heartbeat'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore, LocalCount, WindowId } from './store'
 
 export interface PostgresBudgetStoreOptions {
   /**
@@ -23,11 +24,15 @@ export interface PostgresBudgetStoreOptions {
    * SQL text, so every replica sharing the database agrees on when a window ends. A test injects a
    * clock it moves forward instead of sleeping; its reading travels with each check as a parameter.
    * Either way the time a check then waits for its row locks is added on the database clock
-   * (migrations/002-window-clock.ts, 003-charged-buckets.ts), and deadlines stay on the real database clock.
+   * (migrations/002-window-clock.ts to 004-coalesced-admission.ts), and deadlines stay on the real database clock.
    */
   readonly clock?: () => Date
   /** Called once per admitted check that was refunded because its verdict arrived after we gave up on it. */
   readonly onRefunded?: () => void
+  /** Statements in flight at once (each carries every check waiting when it starts); default 1 (DEFAULT_MAX_STATEMENTS). */
+  readonly maxStatements?: number
+  /** This replica's heartbeat interval (postgres/heartbeat.ts); tests shorten it. */
+  readonly heartbeatIntervalMs?: number
   readonly log?: Logger
 }
 
@@ -51,14 +56,31 @@ const LATE_RESULT_GRACE_MS = 2000
 const OFFSET_SAMPLE_MAX_AGE_MS = 30_000
 
 /**
- * The one statement of a check (the version 3 function: migrations/003-charged-buckets.ts); `clock` is
- * the window clock's SQL: clock_timestamp(), or a test's parameter.
+ * The one statement of a batch of checks (migrations/004-coalesced-admission.ts); `clock` is the window
+ * clock's SQL: clock_timestamp(), or a test's parameter.
  */
 function admitSql(clock: string): string {
   return `SELECT refused_by, used, reset_seconds, window_ends, db_epoch_ms
-  FROM wardline_budget_admit($1::text[], $2::integer[], $3::double precision[], $4::integer[], $5::boolean[],
-                             $6::integer, $7::double precision, $8::boolean, ${clock})`
+  FROM wardline_budget_admit_batch($1::integer[], $2::text[], $3::integer[], $4::double precision[], $5::integer[], $6::boolean[],
+                                   $7::double precision[], $8::integer[], $9::boolean, ${clock})`
 }
+
+/**
+ * Adds what replicas admitted locally during an outage (budget.on_store_error: local) to the shared
+ * rows, in the window still open there or in a new one, whatever the limit: those calls ran. Rows are
+ * written in key order (INSERT processes its sorted input in order), so it queues behind checks on
+ * the same rows instead of deadlocking with them.
+ */
+const ABSORB_SQL = `INSERT INTO budget_buckets AS b (key, count, ends_at)
+SELECT r.key, r.count, clock_timestamp() + make_interval(secs => r.secs)
+  FROM unnest($1::text[], $2::integer[], $3::double precision[]) AS r(key, count, secs)
+ ORDER BY r.key COLLATE "C"
+ON CONFLICT (key) DO UPDATE
+   SET count = CASE WHEN b.ends_at > clock_timestamp() THEN least(b.count::bigint + excluded.count, 2147483647)::integer ELSE excluded.count END,
+       ends_at = CASE WHEN b.ends_at > clock_timestamp() THEN b.ends_at ELSE excluded.ends_at END`
+
+/** The most checks one statement carries; more wait for the next one. */
+const MAX_BATCH_CHECKS = 500
 
 /**
  * Takes back an admitted check's charged buckets, in the window each was charged to only: an admitted
@@ -81,7 +103,9 @@ UPDATE budget_buckets b SET count = greatest(0, b.count - held.cost)
  WHERE b.key = held.key`
 
 interface AdmitRow {
-  refused_by: number
+  /** Per check: -1 admitted, -2 no verdict (its deadline passed on the database), else the refusing charge. */
+  refused_by: number[]
+  /** Per charge, every check's charges one after the other, as sent. */
   used: number[]
   reset_seconds: number[]
   window_ends: Array<string | null>
@@ -90,16 +114,16 @@ interface AdmitRow {
 
 /**
  * REFUND_SQL's parameters for what an admitted check charged: its charged buckets that have a window
- * (an admitted charged bucket always has one; the check is skipped for a null defensively). `windows[i]`
+ * (an admitted charged bucket always has one; the check is skipped for a null defensively). `windows[offset + i]`
  * is the bucket's ends_at as the database wrote it (window_ends). Null when there is nothing to take back.
  */
-function refundValues(charges: readonly BucketCharge[], windows: readonly WindowId[]): [string[], number[], string[]] | null {
+function refundValues(charges: readonly BucketCharge[], windows: readonly WindowId[], offset = 0): [string[], number[], string[]] | null {
   const keys: string[] = []
   const costs: number[] = []
   const ends: string[] = []
   for (let i = 0; i < charges.length; i++) {
     const c = charges[i]
-    const window = windows[i]
+    const window = windows[offset + i]
     if (!c.charged || window === null || window === undefined) continue
     keys.push(c.key)
     costs.push(c.cost)
@@ -113,19 +137,66 @@ function localEpochMs(): number {
   return performance.timeOrigin + performance.now()
 }
 
+/** Where a check is: waiting for a statement, carried by one, or given up on by its caller in either. */
+const QUEUED = 0
+const SENT = 1
+const ABANDONED = 2
+const ABANDONED_SENT = 3
+const DONE = 4
+
+/** One check waiting for, or carried by, a batch statement. */
+class PendingCheck {
+  state = QUEUED
+  /** performance.now() past which the caller no longer waits. */
+  readonly deadline: number
+  resolve!: (result: AdmitResult) => void
+  reject!: (err: Error) => void
+  readonly verdict: Promise<AdmitResult>
+
+  constructor(
+    readonly charges: readonly BucketCharge[],
+    boundMs: number,
+  ) {
+    this.deadline = performance.now() + boundMs
+    this.verdict = new Promise<AdmitResult>((resolve, reject) => {
+      this.resolve = resolve
+      this.reject = reject
+    })
+  }
+
+  fail(err: Error): void {
+    if (this.state === QUEUED || this.state === SENT) this.reject(err)
+    this.state = DONE
+  }
+}
+
+/** What the store has sent, for the round trips per check figure (npm run bench, docs/postgres.md). */
+export interface PostgresBudgetStats {
+  /** Checks asked of the store (an empty one is not). */
+  readonly checks: number
+  /** Admission statements sent to the database: one round trip each, carrying one or more checks. */
+  readonly statements: number
+}
+
+const EMPTY_RESULT: AdmitResult = { admitted: true, buckets: [], refusedBy: -1 }
+
 /**
  * Budget buckets in the shared budget_buckets table: every replica on one database enforces the same
- * limits (DESIGN.md "Budget semantics", "Storage"). Each check is ONE statement, a call to
- * wardline_budget_admit (postgres/migrations/003-charged-buckets.ts), whatever number of tiers applies
- * and whichever of them it charges: all-or-nothing, atomic, windows on the database clock, rows locked
- * in key order (deadlock-free). A bucket's window is its row's ends_at, as text (window_ends).
+ * limits (DESIGN.md "Budget semantics", "Storage"). Checks are **coalesced**: a check that arrives
+ * while the store's statements are in flight waits for the next one, which carries every check that
+ * waited (group-commit style) in ONE call to wardline_budget_admit_batch
+ * (postgres/migrations/004-coalesced-admission.ts): one round trip, one commit, each row locked once,
+ * whatever number of checks and tiers, and each check judged alone, all or nothing, in arrival order.
+ * Windows are on the database clock, rows locked in key order (deadlock-free). A bucket's window is its
+ * row's ends_at, as text (window_ends). At most `maxStatements` statements are in flight, so a spike
+ * of checks needs that many connections, not one each.
  *
  * No ghost increments, because a check that hangs must become "failed open", never a late charge:
- *  - our deadline covers the pool wait and the query;
+ *  - our deadline covers the wait for a statement, the pool wait and the query;
  *  - it travels with the statement, translated to the database clock (the offset is measured on every
- *    check, keeping the sample with the shortest round trip). The database refuses a statement that
- *    arrives after it (a network that held it back), ends lock waits at it and rolls back a check that
- *    would finish past it;
+ *    statement, keeping the sample with the shortest round trip). The database gives a check that
+ *    arrives after it, or would be written after it, no verdict and charges nothing for it, and ends
+ *    lock waits at the latest deadline of the statement;
  *  - a verdict that was committed in time but reached us after we gave up (an event loop busy past
  *    the deadline) is refunded at once, in the window it was charged to.
  */
@@ -139,11 +210,20 @@ export class PostgresBudgetStore implements BudgetStore {
   private readonly admitName: string
   private readonly admitSql: string
   private readonly onRefunded: (() => void) | null
+  private readonly maxStatements: number
+  private readonly heartbeat: ReplicaHeartbeat
   /** Database clock minus local clock (ms), from the sample with the shortest round trip; null until measured. */
   private dbOffsetMs: number | null = null
   private offsetRttMs = Infinity
   private offsetSampledAt = 0
-  /** Abandoned verdicts still awaited and refunds still running: close() waits for them. */
+  /** Checks waiting for the next statement, in arrival order. */
+  private queue: PendingCheck[] = []
+  /** Checks abandoned while queued since the queue was last emptied or compacted. */
+  private abandonedQueued = 0
+  private inFlight = 0
+  private checks = 0
+  private statements = 0
+  /** Statements in flight, abandoned verdicts and refunds still running: close() waits for them. */
   private readonly lateWork = new Set<Promise<void>>()
 
   constructor(
@@ -155,54 +235,33 @@ export class PostgresBudgetStore implements BudgetStore {
     this.warn = options.log ? new RateLimitedLog(options.log) : null
     this.clock = options.clock ?? null
     // Two texts, two names: pg refuses to prepare one name for two texts on the same connection, and
-    // a test may run a store on each clock over one pool. The names differ from the previous
-    // release's texts (the version 2 function) for the same reason.
-    this.admitName = this.clock === null ? 'wardline_budget_admit_v3' : 'wardline_budget_admit_v3_injected_clock'
-    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$9::timestamptz')
+    // a test may run a store on each clock over one pool.
+    this.admitName = this.clock === null ? 'wardline_budget_admit_batch_v4' : 'wardline_budget_admit_batch_v4_injected_clock'
+    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$10::timestamptz')
     this.onRefunded = options.onRefunded ?? null
+    this.maxStatements = Math.max(1, options.maxStatements ?? DEFAULT_MAX_STATEMENTS)
+    this.heartbeat = new ReplicaHeartbeat(pool, { intervalMs: options.heartbeatIntervalMs, log: options.log })
   }
 
-  async admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs): Promise<AdmitResult> {
-    if (charges.length === 0) return { admitted: true, buckets: [], refusedBy: -1 }
-    const deadline = performance.now() + Math.max(1, timeoutMs - CALLER_MARGIN_MS)
-    const client = await this.connect(deadline)
-    const remaining = Math.floor(deadline - performance.now())
-    if (remaining <= 0) {
-      client.release()
-      throw new Error(`no budget verdict within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
-    }
-    const sentAt = localEpochMs()
-    const verdict = client.query<AdmitRow>(this.statement(charges, remaining, sentAt + remaining)).then(
-      (result) => {
-        client.release()
-        this.sampleOffset(sentAt, localEpochMs(), result.rows[0].db_epoch_ms)
-        return result.rows[0]
-      },
-      (err: Error) => {
-        // An error the server sent (a lock timeout, our deadline) leaves the connection ready for the
-        // next check; anything else (a client-side timeout, a broken socket) leaves it in an unknown
-        // state, possibly still busy with our statement: drop it rather than hand it on.
-        client.release(isServerError(err) ? undefined : err)
-        throw err
-      },
-    )
-    let abandoned = false
-    const settled = verdict.then(
-      (row) => {
-        if (abandoned && row.refused_by < 0) this.refundLate(charges, row)
-      },
-      () => undefined,
-    )
-    try {
-      return toResult(charges, await withDeadline(verdict, remaining, `no budget verdict within ${remaining} ms`))
-    } catch (err) {
-      abandoned = true
-      // close() waits for the verdict too (bounded by the statement's query_timeout), not only for
-      // refunds already started: a verdict still on the wire at shutdown would otherwise meet a closed
-      // pool and its charge would never be taken back.
-      this.track(settled)
+  admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs): Promise<AdmitResult> {
+    if (charges.length === 0) return Promise.resolve(EMPTY_RESULT)
+    const bound = Math.max(1, timeoutMs - CALLER_MARGIN_MS)
+    const check = new PendingCheck(charges, bound)
+    this.checks++
+    this.queue.push(check)
+    this.pump()
+    return withDeadline(check.verdict, bound, `no budget verdict within ${bound} ms`).catch((err: Error) => {
+      if (check.state === QUEUED) {
+        // Never sent: nothing can be charged. The next statement skips it; a long outage (statements
+        // hanging until their timeout) must not let given-up checks pile up in the queue meanwhile.
+        check.state = ABANDONED
+        if (++this.abandonedQueued > 1000 && this.abandonedQueued * 2 > this.queue.length) this.compactQueue()
+        throw new Error(`${err.message}: still waiting for a database connection (postgres.max_connections)`)
+      }
+      // Sent: an admitted verdict that still arrives is refunded (deliver).
+      if (check.state === SENT) check.state = ABANDONED_SENT
       throw err
-    }
+    })
   }
 
   /**
@@ -220,15 +279,41 @@ export class PostgresBudgetStore implements BudgetStore {
       result.buckets.map((b) => b.window),
     )
     if (values === null) return Promise.resolve()
-    const work = this.refundWithin(values, timeoutMs)
+    const work = this.boundedStatement(REFUND_SQL, values, timeoutMs, 'refund')
     this.track(work.catch(() => undefined))
     return work
   }
 
+  /** Adds counts admitted locally during an outage to the shared rows (ABSORB_SQL): one statement, bounded by `timeoutMs`. */
+  absorb(counts: readonly LocalCount[], timeoutMs = this.checkTimeoutMs): Promise<void> {
+    const live = counts.filter((c) => c.count > 0)
+    if (live.length === 0) return Promise.resolve()
+    const values = [live.map((c) => c.key), live.map((c) => c.count), live.map((c) => c.windowSeconds)]
+    const work = this.boundedStatement(ABSORB_SQL, values, timeoutMs, 'absorb')
+    this.track(work.catch(() => undefined))
+    return work
+  }
+
+  /** Replicas alive on this database as its heartbeats last said (this one included), at least 1. */
+  liveReplicas(): number {
+    return this.heartbeat.liveReplicas()
+  }
+
+  /** Checks asked and statements sent so far: round trips per check = statements ÷ checks. */
+  stats(): PostgresBudgetStats {
+    return { checks: this.checks, statements: this.statements }
+  }
+
   /**
-   * Measures the database clock offset before the first check (compose.ts calls it at startup), so
-   * even that check carries an absolute deadline.
+   * What compose.ts runs once the database answers and is migrated: the clock offset (so even the first
+   * check carries an absolute deadline), then this replica's first heartbeat and its timer.
    */
+  async start(): Promise<void> {
+    await this.calibrate()
+    await this.heartbeat.start()
+  }
+
+  /** Measures the database clock offset before the first check, so even that check carries an absolute deadline. */
   async calibrate(samples = 3): Promise<void> {
     for (let i = 0; i < samples; i++) {
       const sentAt = localEpochMs()
@@ -238,11 +323,99 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   /**
-   * Waits for the verdicts we gave up on and the refunds they start. The pool belongs to compose.ts
-   * (audit and readiness share it), which closes it last.
+   * Stops the heartbeat (removing this replica's row) and waits for the statements in flight, the
+   * verdicts we gave up on and the refunds they start. The pool belongs to compose.ts (audit and
+   * readiness share it), which closes it last.
    */
   async close(): Promise<void> {
+    await this.heartbeat.close()
     while (this.lateWork.size > 0) await Promise.all([...this.lateWork])
+  }
+
+  private compactQueue(): void {
+    this.queue = this.queue.filter((c) => c.state === QUEUED)
+    this.abandonedQueued = 0
+  }
+
+  /** Starts statements for the checks waiting, up to maxStatements in flight; each takes every check queued so far. */
+  private pump(): void {
+    while (this.queue.length > 0 && this.inFlight < this.maxStatements) {
+      const waiting = this.queue
+      const batch: PendingCheck[] = []
+      let i = 0
+      for (; i < waiting.length && batch.length < MAX_BATCH_CHECKS; i++) if (waiting[i].state === QUEUED) batch.push(waiting[i])
+      this.queue = i < waiting.length ? waiting.slice(i) : []
+      if (this.queue.length === 0) this.abandonedQueued = 0
+      if (batch.length === 0) continue
+      this.inFlight++
+      this.track(this.runBatch(batch))
+    }
+  }
+
+  /** One statement for `batch`: connect, send, deliver each verdict. Never rejects. */
+  private async runBatch(batch: PendingCheck[]): Promise<void> {
+    try {
+      let latest = 0
+      for (const c of batch) latest = Math.max(latest, c.deadline)
+      let client: PoolClient
+      try {
+        client = await this.connect(latest)
+      } catch (err) {
+        for (const c of batch) c.fail(err as Error)
+        return
+      }
+      // Checks whose callers gave up while we waited for the connection are left out.
+      const live = batch.filter((c) => c.state === QUEUED)
+      if (live.length === 0) {
+        client.release()
+        return
+      }
+      const statement = this.statement(live)
+      if (statement === null) {
+        client.release()
+        for (const c of live) c.fail(new Error('no budget verdict: the whole bound went on waiting for a database connection'))
+        return
+      }
+      for (const c of live) c.state = SENT
+      this.statements++
+      const sentAt = localEpochMs()
+      let row: AdmitRow
+      try {
+        row = (await client.query<AdmitRow>(statement)).rows[0]
+      } catch (err) {
+        // An error the server sent (a lock timeout, every deadline passed) leaves the connection ready
+        // for the next statement; anything else (a client-side timeout, a broken socket) leaves it in an
+        // unknown state, possibly still busy with ours: drop it rather than hand it on.
+        client.release(isServerError(err as Error) ? undefined : (err as Error))
+        for (const c of live) c.fail(err as Error)
+        return
+      }
+      client.release()
+      this.sampleOffset(sentAt, localEpochMs(), row.db_epoch_ms)
+      this.deliver(live, row)
+    } finally {
+      this.inFlight--
+      this.pump()
+    }
+  }
+
+  /** Each check's verdict from the statement's row; an admitted one its caller gave up on is refunded. */
+  private deliver(checks: readonly PendingCheck[], row: AdmitRow): void {
+    let offset = 0
+    for (let j = 0; j < checks.length; j++) {
+      const c = checks[j]
+      const refusedBy = row.refused_by[j]
+      if (c.state === ABANDONED_SENT) {
+        if (refusedBy === -1) this.refundLate(c.charges, row.window_ends, offset)
+        c.state = DONE
+      } else if (refusedBy === -2) {
+        c.fail(new Error('budget check passed its deadline on the database'))
+      } else {
+        c.state = DONE
+        c.resolve(toResult(c.charges, refusedBy, row, offset))
+      }
+      offset += c.charges.length
+    }
   }
 
   private sampleOffset(sentAt: number, receivedAt: number, dbMs: number): void {
@@ -255,8 +428,8 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   /** Refunds an admitted verdict that arrived after we gave up on it: its charged buckets only. */
-  private refundLate(charges: readonly BucketCharge[], row: AdmitRow): void {
-    const values = refundValues(charges, row.window_ends)
+  private refundLate(charges: readonly BucketCharge[], windows: readonly WindowId[], offset: number): void {
+    const values = refundValues(charges, windows, offset)
     if (values === null) return
     this.track(
       this.pool.query(REFUND_SQL, values).then(
@@ -269,18 +442,19 @@ export class PostgresBudgetStore implements BudgetStore {
     )
   }
 
-  private async refundWithin(values: unknown[], timeoutMs: number): Promise<void> {
+  /** One statement on a pooled connection, bounded by `timeoutMs` from the pool wait to the answer. */
+  private async boundedStatement(text: string, values: unknown[], timeoutMs: number, what: string): Promise<void> {
     const deadline = performance.now() + Math.max(1, timeoutMs)
     const client = await this.connect(deadline)
     const remaining = Math.floor(deadline - performance.now())
     if (remaining <= 0) {
       client.release()
-      throw new Error(`no budget refund within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
+      throw new Error(`no budget ${what} within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
     }
     try {
-      await client.query({ text: REFUND_SQL, values, query_timeout: remaining } as QueryConfig)
+      await client.query({ text, values, query_timeout: remaining } as QueryConfig)
     } catch (err) {
-      // As in admit: only an error the server sent leaves the connection fit for the next query.
+      // As in runBatch: only an error the server sent leaves the connection fit for the next query.
       client.release(isServerError(err as Error) ? undefined : (err as Error))
       throw err
     }
@@ -308,38 +482,64 @@ export class PostgresBudgetStore implements BudgetStore {
     }
   }
 
-  private statement(charges: readonly BucketCharge[], remainingMs: number, deadlineLocalMs: number): QueryConfig {
-    const n = charges.length
-    const keys = new Array<string>(n)
-    const limits = new Array<number>(n)
-    const windows = new Array<number>(n)
-    const costs = new Array<number>(n)
-    const charged = new Array<boolean>(n)
-    for (let i = 0; i < n; i++) {
-      const c = charges[i]
-      keys[i] = c.key
-      limits[i] = c.limit
-      windows[i] = c.windowSeconds
-      // A cost above the limit is refused whatever the count; clamped so that count + cost never
-      // overflows the integer columns (a batch of 10,000 calls at cost 1,000,000 would, and the
-      // error would fail the check open).
-      costs[i] = Math.min(c.cost, c.limit + 1)
-      charged[i] = c.charged
+  /**
+   * The batch statement for `checks`, each with its own deadline, or null when every check's bound has
+   * already gone (on the pool wait).
+   */
+  private statement(checks: readonly PendingCheck[]): QueryConfig | null {
+    const now = performance.now()
+    const nowEpoch = localEpochMs()
+    const owners: number[] = []
+    const keys: string[] = []
+    const limits: number[] = []
+    const windows: number[] = []
+    const costs: number[] = []
+    const charged: boolean[] = []
+    const deadlines: Array<number | null> = []
+    const budgets: number[] = []
+    let latest = 0
+    for (let j = 0; j < checks.length; j++) {
+      const check = checks[j]
+      const remainingMs = Math.floor(check.deadline - now)
+      latest = Math.max(latest, remainingMs)
+      // The database keeps SERVER_MARGIN_MS back, so its verdict travels back before our deadline.
+      budgets.push(Math.max(1, remainingMs - SERVER_MARGIN_MS))
+      deadlines.push(this.dbOffsetMs === null ? null : nowEpoch + remainingMs - SERVER_MARGIN_MS + this.dbOffsetMs)
+      for (const c of check.charges) {
+        owners.push(j + 1)
+        keys.push(c.key)
+        limits.push(c.limit)
+        windows.push(c.windowSeconds)
+        // A cost above the limit is refused whatever the count; clamped so that count + cost never
+        // overflows the integer columns (a batch of 10,000 calls at cost 1,000,000 would, and the
+        // error would fail the check open).
+        costs.push(Math.min(c.cost, c.limit + 1))
+        charged.push(c.charged)
+      }
     }
-    const serverMs = Math.max(1, remainingMs - SERVER_MARGIN_MS)
-    const serverDeadline = this.dbOffsetMs === null ? null : deadlineLocalMs - SERVER_MARGIN_MS + this.dbOffsetMs
-    const values: unknown[] = [keys, limits, windows, costs, charged, serverMs, serverDeadline, this.synchronousCommit]
+    if (latest <= 0) return null
+    const values: unknown[] = [owners, keys, limits, windows, costs, charged, deadlines, budgets, this.synchronousCommit]
     if (this.clock !== null) values.push(this.clock())
     return {
       // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
       name: this.admitName,
       text: this.admitSql,
       values,
-      // The database gave up at serverDeadline; this only frees a connection whose answer never comes.
-      query_timeout: remainingMs + LATE_RESULT_GRACE_MS,
+      // The database gave up at the latest deadline; this only frees a connection whose answer never comes.
+      query_timeout: latest + LATE_RESULT_GRACE_MS,
     } as QueryConfig
   }
 }
+
+/**
+ * Statements in flight at once, by default. One: while it runs, every check that arrives waits for the
+ * next, so batches grow with the load and each row is locked once per batch. Measured on the 2-core
+ * machine with Postgres on the same host (the store alone, 32 checks in flight): one statement 15.7k
+ * checks/s on a hot key and 18k spread, two 10.3k and 16.4k, four 6.9k and 9.0k (statements on the
+ * same rows queue on their locks, and the batches get smaller). It also keeps the budget's share of
+ * the pool at one connection, whatever the spike, leaving the rest to audit writes and refunds.
+ */
+const DEFAULT_MAX_STATEMENTS = 1
 
 /** pg's DatabaseError: an ErrorResponse from the server, which ends the statement but not the session. */
 function isServerError(err: Error): boolean {
@@ -347,17 +547,18 @@ function isServerError(err: Error): boolean {
   return (err as Error & { severity?: unknown }).severity === 'ERROR'
 }
 
-function toResult(charges: readonly BucketCharge[], row: AdmitRow): AdmitResult {
+/** One check's result: its charges are `row`'s per-charge entries from `offset`. */
+function toResult(charges: readonly BucketCharge[], refusedBy: number, row: AdmitRow, offset: number): AdmitResult {
   const buckets = new Array<BucketState>(charges.length)
   for (let i = 0; i < charges.length; i++) {
     const c = charges[i]
     buckets[i] = {
-      remaining: Math.max(0, c.limit - row.used[i]),
+      remaining: Math.max(0, c.limit - row.used[offset + i]),
       // Never more than the window: a check that took its lock sooner after arrival than the one that
       // opened the window would otherwise announce a few µs past it, and Retry-After would say 61 s.
-      resetSeconds: Math.min(c.windowSeconds, Math.max(0, row.reset_seconds[i])),
-      window: row.window_ends[i] ?? null,
+      resetSeconds: Math.min(c.windowSeconds, Math.max(0, row.reset_seconds[offset + i])),
+      window: row.window_ends[offset + i] ?? null,
     }
   }
-  return { admitted: row.refused_by < 0, buckets, refusedBy: row.refused_by }
+  return { admitted: refusedBy < 0, buckets, refusedBy }
 }

@@ -41,6 +41,16 @@ export interface BucketState {
   readonly window: WindowId
 }
 
+/**
+ * Units a replica admitted on its own (budget.on_store_error: local) while the shared store failed, in
+ * a bucket's window that is still open: `absorb` adds them to the shared count when the store answers.
+ */
+export interface LocalCount {
+  readonly key: string
+  readonly count: number
+  readonly windowSeconds: number
+}
+
 export interface AdmitResult {
   readonly admitted: boolean
   /** One state per charge, in the order given. */
@@ -79,5 +89,16 @@ export interface BudgetStore {
    * `timeoutMs`. close() waits for refunds still running.
    */
   refund(charges: readonly BucketCharge[], result: AdmitResult, timeoutMs?: number): Promise<void>
+  /**
+   * Shared stores only: adds what replicas admitted locally during an outage to the shared counts
+   * (whatever the limit: those calls ran), in the bucket's open window or a new one. Rejects on a
+   * store failure; bounded by `timeoutMs`.
+   */
+  absorb?(counts: readonly LocalCount[], timeoutMs?: number): Promise<void>
+  /**
+   * Shared stores only: how many replicas share the store, as the database last reported it (their
+   * heartbeats), at least 1. A replica enforcing limits locally takes limit ÷ this.
+   */
+  liveReplicas?(): number
   close(): Promise<void>
 }

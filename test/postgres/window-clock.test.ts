@@ -43,8 +43,9 @@ test("a database at version 1 upgrades to 2: the clock-taking function joins ver
   const signatures = await admitSignatures()
   expect(signatures).toHaveLength(2)
   expect(signatures.filter((s) => /p_now timestamp with time zone$/.test(s))).toHaveLength(1)
-  // This release's store calls version 3's function (003-charged-buckets.ts), which keeps both beside it.
-  expect(await migrate(pool, silentLogger())).toEqual({ applied: [3], version: 3 })
+  // Version 3's function (003-charged-buckets.ts) keeps both beside it; this release's store calls
+  // version 4's batch function (004-coalesced-admission.ts), on the same rows.
+  expect(await migrate(pool, silentLogger())).toEqual({ applied: [3, 4], version: 4 })
   expect(await admitSignatures()).toHaveLength(3)
 
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
