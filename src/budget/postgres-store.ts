@@ -29,7 +29,10 @@ export interface PostgresBudgetStoreOptions {
   readonly clock?: () => Date
   /** Called once per admitted check that was refunded because its verdict arrived after we gave up on it. */
   readonly onRefunded?: () => void
-  /** Statements in flight at once (each carries every check waiting when it starts); default 1 (DEFAULT_MAX_STATEMENTS). */
+  /**
+   * Most statements in flight at once (each carries every check waiting when it starts). Only one runs
+   * until it has been in flight STALLED_AFTER_MS; default half the pool, 1 to 4.
+   */
   readonly maxStatements?: number
   /** This replica's heartbeat interval (postgres/heartbeat.ts); tests shorten it. */
   readonly heartbeatIntervalMs?: number
@@ -221,6 +224,9 @@ export class PostgresBudgetStore implements BudgetStore {
   /** Checks abandoned while queued since the queue was last emptied or compacted. */
   private abandonedQueued = 0
   private inFlight = 0
+  /** When each statement in flight started (performance.now()): at most maxStatements entries. */
+  private readonly startedAt: number[] = []
+  private stallTimer: NodeJS.Timeout | null = null
   private checks = 0
   private statements = 0
   /** Statements in flight, abandoned verdicts and refunds still running: close() waits for them. */
@@ -239,7 +245,7 @@ export class PostgresBudgetStore implements BudgetStore {
     this.admitName = this.clock === null ? 'wardline_budget_admit_batch_v4' : 'wardline_budget_admit_batch_v4_injected_clock'
     this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$10::timestamptz')
     this.onRefunded = options.onRefunded ?? null
-    this.maxStatements = Math.max(1, options.maxStatements ?? DEFAULT_MAX_STATEMENTS)
+    this.maxStatements = Math.max(1, options.maxStatements ?? defaultMaxStatements(pool))
     this.heartbeat = new ReplicaHeartbeat(pool, { intervalMs: options.heartbeatIntervalMs, log: options.log })
   }
 
@@ -339,7 +345,7 @@ export class PostgresBudgetStore implements BudgetStore {
 
   /** Starts statements for the checks waiting, up to maxStatements in flight; each takes every check queued so far. */
   private pump(): void {
-    while (this.queue.length > 0 && this.inFlight < this.maxStatements) {
+    while (this.queue.length > 0 && this.inFlight < this.statementsAllowed()) {
       const waiting = this.queue
       const batch: PendingCheck[] = []
       let i = 0
@@ -350,10 +356,38 @@ export class PostgresBudgetStore implements BudgetStore {
       this.inFlight++
       this.track(this.runBatch(batch))
     }
+    // Checks wait behind a statement that may be stuck: look again once it counts as stalled.
+    if (this.queue.length > 0 && this.inFlight > 0 && this.inFlight < this.maxStatements && this.stallTimer === null) {
+      const wait = Math.max(1, Math.ceil(this.oldestStart() + STALLED_AFTER_MS - performance.now()))
+      this.stallTimer = setTimeout(() => {
+        this.stallTimer = null
+        this.pump()
+      }, wait)
+      this.stallTimer.unref()
+    }
+  }
+
+  /**
+   * One statement at a time (the batches grow with the load, rows are locked once per batch), more
+   * only while the oldest has been in flight STALLED_AFTER_MS: a statement held by a row lock that
+   * someone keeps (an operator's open transaction) must not hold every other check of the replica,
+   * which would otherwise wait behind it until their deadlines and fail.
+   */
+  private statementsAllowed(): number {
+    if (this.inFlight === 0) return 1
+    return performance.now() - this.oldestStart() >= STALLED_AFTER_MS ? this.maxStatements : 1
+  }
+
+  private oldestStart(): number {
+    let oldest = Infinity
+    for (const t of this.startedAt) oldest = Math.min(oldest, t)
+    return oldest
   }
 
   /** One statement for `batch`: connect, send, deliver each verdict. Never rejects. */
   private async runBatch(batch: PendingCheck[]): Promise<void> {
+    const startedAt = performance.now()
+    this.startedAt.push(startedAt)
     try {
       let latest = 0
       for (const c of batch) latest = Math.max(latest, c.deadline)
@@ -394,6 +428,7 @@ export class PostgresBudgetStore implements BudgetStore {
       this.sampleOffset(sentAt, localEpochMs(), row.db_epoch_ms)
       this.deliver(live, row)
     } finally {
+      this.startedAt.splice(this.startedAt.indexOf(startedAt), 1)
       this.inFlight--
       this.pump()
     }
@@ -532,14 +567,20 @@ export class PostgresBudgetStore implements BudgetStore {
 }
 
 /**
- * Statements in flight at once, by default. One: while it runs, every check that arrives waits for the
- * next, so batches grow with the load and each row is locked once per batch. Measured on the 2-core
- * machine with Postgres on the same host (the store alone, 32 checks in flight): one statement 15.7k
- * checks/s on a hot key and 18k spread, two 10.3k and 16.4k, four 6.9k and 9.0k (statements on the
- * same rows queue on their locks, and the batches get smaller). It also keeps the budget's share of
- * the pool at one connection, whatever the spike, leaving the rest to audit writes and refunds.
+ * While a statement runs, every check that arrives waits for the next one, so batches grow with the
+ * load and each row is locked once per batch. A second statement would only split the batch: measured
+ * on the 2-core machine with Postgres on the same host (the store alone, 32 checks in flight), one
+ * statement at a time gave 15.7k checks/s on a hot key and 18k spread, two 10.3k and 16.4k, four 6.9k
+ * and 9.0k (statements on the same rows queue on their locks). So more start only once the oldest has
+ * been in flight this long: waiting on a lock someone holds, not working.
  */
-const DEFAULT_MAX_STATEMENTS = 1
+const STALLED_AFTER_MS = 200
+
+/** The hard cap on statements in flight: half the pool, 1 to 4, so audit writes and refunds always find a connection. */
+function defaultMaxStatements(pool: Pool): number {
+  const size = (pool.options as { max?: number }).max ?? 10
+  return Math.max(1, Math.min(4, Math.floor(size / 2)))
+}
 
 /** pg's DatabaseError: an ErrorResponse from the server, which ends the statement but not the session. */
 function isServerError(err: Error): boolean {

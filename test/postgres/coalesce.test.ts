@@ -210,6 +210,25 @@ test('a check given up on inside a statement gets no verdict there and is never 
   expect(await countOf(hot.key)).toBe(1)
 })
 
+test('a statement stuck on a row lock someone holds does not hold the checks behind it that need other rows', async () => {
+  const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 2 })
+  const stuck = bucket(toolKey('stuck'), 100)
+  const release = await holdRow(stuck.key)
+  try {
+    const waiting = store.admit([stuck])
+    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, { what: 'the lock wait', intervalMs: 5 })
+    // Arrives while the stuck statement is the only one in flight: a second starts once it counts as stalled.
+    const other = await store.admit([bucket(identityKey('acme', 'bob'), 10)])
+    expect(other.admitted).toBe(true)
+    await release()
+    expect((await waiting).admitted).toBe(true)
+    expect(store.stats()).toEqual({ checks: 2, statements: 2 })
+  } catch (err) {
+    await release().catch(() => undefined)
+    throw err
+  }
+})
+
 test('absorb adds local counts to an open window, opens one where none is, and refuses nothing', async () => {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
   const open = bucket(identityKey('acme', 'alice'), 3)
