@@ -227,6 +227,8 @@ export class PostgresBudgetStore implements BudgetStore {
   /** When each statement in flight started (performance.now()): at most maxStatements entries. */
   private readonly startedAt: number[] = []
   private stallTimer: NodeJS.Timeout | null = null
+  /** The checks of each statement in flight, for the keys a stalled one holds or waits for. */
+  private readonly sent = new Set<readonly PendingCheck[]>()
   private checks = 0
   private statements = 0
   /** Statements in flight, abandoned verdicts and refunds still running: close() waits for them. */
@@ -346,24 +348,36 @@ export class PostgresBudgetStore implements BudgetStore {
   /** Starts statements for the checks waiting, up to maxStatements in flight; each takes every check queued so far. */
   private pump(): void {
     while (this.queue.length > 0 && this.inFlight < this.statementsAllowed()) {
+      // Beside a stalled statement, checks that need one of its rows would only wait on the same lock
+      // and take the checks batched with them down too: they stay queued for a later statement.
+      const held = this.inFlight === 0 ? null : this.keysInFlight()
       const waiting = this.queue
       const batch: PendingCheck[] = []
+      const left: PendingCheck[] = []
       let i = 0
-      for (; i < waiting.length && batch.length < MAX_BATCH_CHECKS; i++) if (waiting[i].state === QUEUED) batch.push(waiting[i])
-      this.queue = i < waiting.length ? waiting.slice(i) : []
+      for (; i < waiting.length && batch.length < MAX_BATCH_CHECKS; i++) {
+        const c = waiting[i]
+        if (c.state !== QUEUED) continue
+        if (held !== null && c.charges.some((charge) => held.has(charge.key))) left.push(c)
+        else batch.push(c)
+      }
+      this.queue = i < waiting.length ? left.concat(waiting.slice(i)) : left
       if (this.queue.length === 0) this.abandonedQueued = 0
-      if (batch.length === 0) continue
+      if (batch.length === 0) break
       this.inFlight++
       this.track(this.runBatch(batch))
     }
-    // Checks wait behind a statement that may be stuck: look again once it counts as stalled.
+    // Checks wait behind a statement that may be stuck: look again once it counts as stalled. (Once it
+    // does, the checks still queued need its rows: a statement's end starts their next one.)
     if (this.queue.length > 0 && this.inFlight > 0 && this.inFlight < this.maxStatements && this.stallTimer === null) {
-      const wait = Math.max(1, Math.ceil(this.oldestStart() + STALLED_AFTER_MS - performance.now()))
-      this.stallTimer = setTimeout(() => {
-        this.stallTimer = null
-        this.pump()
-      }, wait)
-      this.stallTimer.unref()
+      const wait = Math.ceil(this.oldestStart() + STALLED_AFTER_MS - performance.now())
+      if (wait > 0) {
+        this.stallTimer = setTimeout(() => {
+          this.stallTimer = null
+          this.pump()
+        }, wait)
+        this.stallTimer.unref()
+      }
     }
   }
 
@@ -378,6 +392,13 @@ export class PostgresBudgetStore implements BudgetStore {
     return performance.now() - this.oldestStart() >= STALLED_AFTER_MS ? this.maxStatements : 1
   }
 
+  /** The keys of the statements in flight (only while one is stalled: a few Set inserts per check). */
+  private keysInFlight(): Set<string> {
+    const keys = new Set<string>()
+    for (const batch of this.sent) for (const c of batch) for (const charge of c.charges) keys.add(charge.key)
+    return keys
+  }
+
   private oldestStart(): number {
     let oldest = Infinity
     for (const t of this.startedAt) oldest = Math.min(oldest, t)
@@ -388,6 +409,7 @@ export class PostgresBudgetStore implements BudgetStore {
   private async runBatch(batch: PendingCheck[]): Promise<void> {
     const startedAt = performance.now()
     this.startedAt.push(startedAt)
+    this.sent.add(batch)
     try {
       let latest = 0
       for (const c of batch) latest = Math.max(latest, c.deadline)
@@ -429,6 +451,7 @@ export class PostgresBudgetStore implements BudgetStore {
       this.deliver(live, row)
     } finally {
       this.startedAt.splice(this.startedAt.indexOf(startedAt), 1)
+      this.sent.delete(batch)
       this.inFlight--
       this.pump()
     }
@@ -462,12 +485,15 @@ export class PostgresBudgetStore implements BudgetStore {
     }
   }
 
-  /** Refunds an admitted verdict that arrived after we gave up on it: its charged buckets only. */
+  /**
+   * Refunds an admitted verdict that arrived after we gave up on it: its charged buckets only, bounded by
+   * the check bound like any refund (close() waits for it, so a hung network must not hold a shutdown).
+   */
   private refundLate(charges: readonly BucketCharge[], windows: readonly WindowId[], offset: number): void {
     const values = refundValues(charges, windows, offset)
     if (values === null) return
     this.track(
-      this.pool.query(REFUND_SQL, values).then(
+      this.boundedStatement(REFUND_SQL, values, this.checkTimeoutMs, 'refund').then(
         () => this.onRefunded?.(),
         (err: unknown) =>
           this.warn?.warn('budget-refund', 'could not refund a budget check that was admitted after the gateway stopped waiting', {

@@ -25,7 +25,9 @@ import type { Migration } from './index'
  *    are written, gets no verdict (refused_by -2) and charges nothing, and the checks after it are
  *    judged again without it: the client gave up on it, so it must never charge. When every check is
  *    late on arrival the statement raises, as version 3 does.
- *  - uncharged buckets (p_charged false) are checked and left as they are.
+ *  - uncharged buckets (p_charged false) are checked and left as they are;
+ *  - count + cost is compared in bigint: no count (absorb may leave one at the integer ceiling) can make
+ *    the statement fail, which would fail every check in it.
  *
  * Results, one row: refused_by per check (-1 admitted, -2 no verdict, else the index of the refusing
  * charge within the check), and used / reset_seconds / window_ends per charge, as version 3 returns
@@ -162,7 +164,8 @@ BEGIN
       r := -1;
       IF NOT late[j] THEN
         FOR i IN starts[j]..starts[j + 1] - 1 LOOP
-          IF ucount[slot[i]] + p_costs[i] > p_limits[i] THEN
+          -- In bigint: a count can sit at the integer ceiling (absorb adds what ran whatever the limit).
+          IF ucount[slot[i]]::bigint + p_costs[i] > p_limits[i] THEN
             r := i - starts[j];
             EXIT;
           END IF;
