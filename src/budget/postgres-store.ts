@@ -63,9 +63,9 @@ const OFFSET_SAMPLE_MAX_AGE_MS = 30_000
  * clock's SQL: clock_timestamp(), or a test's parameter.
  */
 function admitSql(clock: string): string {
-  return `SELECT refused_by, used, reset_seconds, window_ends, db_epoch_ms
-  FROM wardline_budget_admit_batch($1::integer[], $2::text[], $3::integer[], $4::double precision[], $5::integer[], $6::boolean[],
-                                   $7::double precision[], $8::integer[], $9::boolean, ${clock})`
+  return `SELECT refused_by, used, key_ends, key_reset, db_epoch_ms
+  FROM wardline_budget_admit_batch($1::text[], $2::integer[], $3::integer[], $4::integer[], $5::double precision[], $6::integer[],
+                                   $7::boolean[], $8::double precision[], $9::integer[], $10::boolean, ${clock})`
 }
 
 /**
@@ -108,25 +108,33 @@ UPDATE budget_buckets b SET count = greatest(0, b.count - held.cost)
 interface AdmitRow {
   /** Per check: -1 admitted, -2 no verdict (its deadline passed on the database), else the refusing charge. */
   refused_by: number[]
-  /** Per charge, every check's charges one after the other, as sent. */
+  /** Per charge, every check's charges one after the other, as sent: the count after it, or -1 with no open window. */
   used: number[]
-  reset_seconds: number[]
-  window_ends: Array<string | null>
+  /** Per distinct key, as sent: its window's end (the window id a refund names), null with none open. */
+  key_ends: Array<string | null>
+  /** Per distinct key: seconds left in its window, null with none open. */
+  key_reset: Array<number | null>
   db_epoch_ms: number
+}
+
+/** A batch statement, and each charge's key position in it (0-based), to read the row back. */
+interface BatchStatement {
+  readonly query: QueryConfig
+  readonly slots: readonly number[]
 }
 
 /**
  * REFUND_SQL's parameters for what an admitted check charged: its charged buckets that have a window
- * (an admitted charged bucket always has one; the check is skipped for a null defensively). `windows[offset + i]`
+ * (an admitted charged bucket always has one; the check is skipped for a null defensively). `windows[i]`
  * is the bucket's ends_at as the database wrote it (window_ends). Null when there is nothing to take back.
  */
-function refundValues(charges: readonly BucketCharge[], windows: readonly WindowId[], offset = 0): [string[], number[], string[]] | null {
+function refundValues(charges: readonly BucketCharge[], windows: readonly WindowId[]): [string[], number[], string[]] | null {
   const keys: string[] = []
   const costs: number[] = []
   const ends: string[] = []
   for (let i = 0; i < charges.length; i++) {
     const c = charges[i]
-    const window = windows[offset + i]
+    const window = windows[i]
     if (!c.charged || window === null || window === undefined) continue
     keys.push(c.key)
     costs.push(c.cost)
@@ -245,7 +253,7 @@ export class PostgresBudgetStore implements BudgetStore {
     // Two texts, two names: pg refuses to prepare one name for two texts on the same connection, and
     // a test may run a store on each clock over one pool.
     this.admitName = this.clock === null ? 'wardline_budget_admit_batch_v4' : 'wardline_budget_admit_batch_v4_injected_clock'
-    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$10::timestamptz')
+    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$11::timestamptz')
     this.onRefunded = options.onRefunded ?? null
     this.maxStatements = Math.max(1, options.maxStatements ?? defaultMaxStatements(pool))
     this.heartbeat = new ReplicaHeartbeat(pool, { intervalMs: options.heartbeatIntervalMs, log: options.log })
@@ -437,7 +445,7 @@ export class PostgresBudgetStore implements BudgetStore {
       const sentAt = localEpochMs()
       let row: AdmitRow
       try {
-        row = (await client.query<AdmitRow>(statement)).rows[0]
+        row = (await client.query<AdmitRow>(statement.query)).rows[0]
       } catch (err) {
         // An error the server sent (a lock timeout, every deadline passed) leaves the connection ready
         // for the next statement; anything else (a client-side timeout, a broken socket) leaves it in an
@@ -448,7 +456,7 @@ export class PostgresBudgetStore implements BudgetStore {
       }
       client.release()
       this.sampleOffset(sentAt, localEpochMs(), row.db_epoch_ms)
-      this.deliver(live, row)
+      this.deliver(live, row, statement.slots)
     } finally {
       this.startedAt.splice(this.startedAt.indexOf(startedAt), 1)
       this.sent.delete(batch)
@@ -458,19 +466,19 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   /** Each check's verdict from the statement's row; an admitted one its caller gave up on is refunded. */
-  private deliver(checks: readonly PendingCheck[], row: AdmitRow): void {
+  private deliver(checks: readonly PendingCheck[], row: AdmitRow, slots: readonly number[]): void {
     let offset = 0
     for (let j = 0; j < checks.length; j++) {
       const c = checks[j]
       const refusedBy = row.refused_by[j]
       if (c.state === ABANDONED_SENT) {
-        if (refusedBy === -1) this.refundLate(c.charges, row.window_ends, offset)
+        if (refusedBy === -1) this.refundLate(c.charges, toResult(c.charges, refusedBy, row, slots, offset).buckets)
         c.state = DONE
       } else if (refusedBy === -2) {
         c.fail(new Error('budget check passed its deadline on the database'))
       } else {
         c.state = DONE
-        c.resolve(toResult(c.charges, refusedBy, row, offset))
+        c.resolve(toResult(c.charges, refusedBy, row, slots, offset))
       }
       offset += c.charges.length
     }
@@ -489,8 +497,11 @@ export class PostgresBudgetStore implements BudgetStore {
    * Refunds an admitted verdict that arrived after we gave up on it: its charged buckets only, bounded by
    * the check bound like any refund (close() waits for it, so a hung network must not hold a shutdown).
    */
-  private refundLate(charges: readonly BucketCharge[], windows: readonly WindowId[], offset: number): void {
-    const values = refundValues(charges, windows, offset)
+  private refundLate(charges: readonly BucketCharge[], buckets: readonly BucketState[]): void {
+    const values = refundValues(
+      charges,
+      buckets.map((b) => b.window),
+    )
     if (values === null) return
     this.track(
       this.boundedStatement(REFUND_SQL, values, this.checkTimeoutMs, 'refund').then(
@@ -545,13 +556,15 @@ export class PostgresBudgetStore implements BudgetStore {
 
   /**
    * The batch statement for `checks`, each with its own deadline, or null when every check's bound has
-   * already gone (on the pool wait).
+   * already gone (on the pool wait). Each distinct key is sent once; charges name it by position.
    */
-  private statement(checks: readonly PendingCheck[]): QueryConfig | null {
+  private statement(checks: readonly PendingCheck[]): BatchStatement | null {
     const now = performance.now()
     const nowEpoch = localEpochMs()
-    const owners: number[] = []
+    const positions = new Map<string, number>()
     const keys: string[] = []
+    const slots: number[] = []
+    const sizes: number[] = []
     const limits: number[] = []
     const windows: number[] = []
     const costs: number[] = []
@@ -566,9 +579,15 @@ export class PostgresBudgetStore implements BudgetStore {
       // The database keeps SERVER_MARGIN_MS back, so its verdict travels back before our deadline.
       budgets.push(Math.max(1, remainingMs - SERVER_MARGIN_MS))
       deadlines.push(this.dbOffsetMs === null ? null : nowEpoch + remainingMs - SERVER_MARGIN_MS + this.dbOffsetMs)
+      sizes.push(check.charges.length)
       for (const c of check.charges) {
-        owners.push(j + 1)
-        keys.push(c.key)
+        let slot = positions.get(c.key)
+        if (slot === undefined) {
+          slot = keys.length
+          positions.set(c.key, slot)
+          keys.push(c.key)
+        }
+        slots.push(slot)
         limits.push(c.limit)
         windows.push(c.windowSeconds)
         // A cost above the limit is refused whatever the count; clamped so that count + cost never
@@ -579,16 +598,31 @@ export class PostgresBudgetStore implements BudgetStore {
       }
     }
     if (latest <= 0) return null
-    const values: unknown[] = [owners, keys, limits, windows, costs, charged, deadlines, budgets, this.synchronousCommit]
+    // 1-based on the database.
+    const values: unknown[] = [
+      keys,
+      slots.map((k) => k + 1),
+      sizes,
+      limits,
+      windows,
+      costs,
+      charged,
+      deadlines,
+      budgets,
+      this.synchronousCommit,
+    ]
     if (this.clock !== null) values.push(this.clock())
     return {
-      // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
-      name: this.admitName,
-      text: this.admitSql,
-      values,
-      // The database gave up at the latest deadline; this only frees a connection whose answer never comes.
-      query_timeout: latest + LATE_RESULT_GRACE_MS,
-    } as QueryConfig
+      slots,
+      query: {
+        // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
+        name: this.admitName,
+        text: this.admitSql,
+        values,
+        // The database gave up at the latest deadline; this only frees a connection whose answer never comes.
+        query_timeout: latest + LATE_RESULT_GRACE_MS,
+      } as QueryConfig,
+    }
   }
 }
 
@@ -614,17 +648,27 @@ function isServerError(err: Error): boolean {
   return (err as Error & { severity?: unknown }).severity === 'ERROR'
 }
 
-/** One check's result: its charges are `row`'s per-charge entries from `offset`. */
-function toResult(charges: readonly BucketCharge[], refusedBy: number, row: AdmitRow, offset: number): AdmitResult {
+/** One check's result: its charges are `row`'s per-charge entries from `offset`, their keys at `slots`. */
+function toResult(
+  charges: readonly BucketCharge[],
+  refusedBy: number,
+  row: AdmitRow,
+  slots: readonly number[],
+  offset: number,
+): AdmitResult {
   const buckets = new Array<BucketState>(charges.length)
   for (let i = 0; i < charges.length; i++) {
     const c = charges[i]
+    const used = row.used[offset + i]
+    const key = slots[offset + i]
+    // -1: no open window (nothing used, a whole window ahead).
+    const reset = used < 0 ? null : row.key_reset[key]
     buckets[i] = {
-      remaining: Math.max(0, c.limit - row.used[offset + i]),
+      remaining: Math.max(0, c.limit - Math.max(0, used)),
       // Never more than the window: a check that took its lock sooner after arrival than the one that
       // opened the window would otherwise announce a few µs past it, and Retry-After would say 61 s.
-      resetSeconds: Math.min(c.windowSeconds, Math.max(0, row.reset_seconds[offset + i])),
-      window: row.window_ends[offset + i] ?? null,
+      resetSeconds: reset === null ? c.windowSeconds : Math.min(c.windowSeconds, Math.max(0, reset)),
+      window: used < 0 ? null : row.key_ends[key],
     }
   }
   return { admitted: refusedBy < 0, buckets, refusedBy }
