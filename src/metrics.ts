@@ -33,6 +33,11 @@ export class Metrics {
     help: 'Budget checks that failed and admitted the call anyway (budget.on_store_error: open)',
     registers: [this.registry],
   })
+  readonly budgetDegraded = new Counter({
+    name: 'wardline_budget_degraded_total',
+    help: 'Budget checks that failed and were judged by this replica alone at limit ÷ live replicas (budget.on_store_error: local)',
+    registers: [this.registry],
+  })
   readonly budgetRefunds = new Counter({
     name: 'wardline_budget_refunds_total',
     help: 'Admitted budget checks taken back: unserved (the MCP server never served the call) or late_verdict (a Postgres verdict that arrived after the gateway stopped waiting)',
@@ -90,8 +95,36 @@ export class Metrics {
     registers: [this.registry],
   })
 
+  /** The shared budget store's counts (PostgresBudgetStore.stats), read at scrape time; none without one. */
+  private budgetStoreStats: (() => { readonly checks: number; readonly statements: number }) | null = null
+
   constructor(defaults = false) {
     if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'wardline_' })
+    // Coalescing at a glance: statements ÷ checks is the budget round trips per check (at most 1).
+    const stats = (): { readonly checks: number; readonly statements: number } | null => this.budgetStoreStats?.() ?? null
+    new Counter({
+      name: 'wardline_budget_store_checks_total',
+      help: 'Budget checks sent to the shared (Postgres) budget store',
+      registers: [this.registry],
+      collect() {
+        this.reset()
+        this.inc(stats()?.checks ?? 0)
+      },
+    })
+    new Counter({
+      name: 'wardline_budget_store_statements_total',
+      help: 'Statements (round trips) that carried those checks: several checks share one under load',
+      registers: [this.registry],
+      collect() {
+        this.reset()
+        this.inc(stats()?.statements ?? 0)
+      },
+    })
+  }
+
+  /** Where wardline_budget_store_checks_total and _statements_total come from. */
+  observeBudgetStore(stats: () => { readonly checks: number; readonly statements: number }): void {
+    this.budgetStoreStats = stats
   }
 
   /** One finished request: its count and its latency, under the decision the request as a whole came to. */

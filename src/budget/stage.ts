@@ -10,7 +10,8 @@ import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
 import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
 import { IdentityKeyCache, windowKey } from './keys'
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
+import { type LocalAdmission, LocalLimiter } from './local-limiter'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore, LocalCount } from './store'
 
 export interface BudgetStageOptions {
   /** Wall clock (ms) for the fail-open count; tests inject one. */
@@ -21,12 +22,21 @@ export interface BudgetStageOptions {
    */
   readonly failOpens?: FailOpenWindow
   readonly warnings?: RateLimitedLog
+  /** Checks judged locally (on_store_error: local) in the last minute, for /readyz; shared like failOpens. */
+  readonly degraded?: FailOpenWindow
+  /**
+   * The limiter that judges checks while the store fails (on_store_error: local), shared by the stages a
+   * reload replaces so its counts and remembered shared counts survive a reload.
+   */
+  readonly localLimiter?: LocalLimiter
 }
 
 /** The budget stage, plus what /readyz reports about it. */
 export interface BudgetStage extends Stage {
   /** Calls admitted because the store failed (on_store_error: open) in the last 60 seconds. */
   failOpensLastMinute(): number
+  /** Calls judged by the local limiter because the store failed (on_store_error: local) in the last 60 seconds. */
+  degradedLastMinute(): number
 }
 
 /** A charge with the window it counts against, so headers and reasons need no second lookup. */
@@ -39,6 +49,8 @@ class Receipt {
   constructor(
     readonly charges: readonly Charge[],
     readonly result: AdmitResult,
+    /** Set when the local limiter admitted it (on_store_error: local): a refund goes there, not to the store. */
+    readonly local: LocalAdmission | null = null,
   ) {}
 }
 
@@ -52,6 +64,8 @@ class Receipt {
  *    throttled without using up what a tool or tenant shares with others;
  *  - an admitted call the upstream never served (unreachable, no answer in time, 429 or 503, the call
  *    never sent) is refunded in the answer phase, in the windows it was charged to.
+ * A check the store fails (an error, or no verdict within check_timeout_seconds) is admitted, refused
+ * with 503, or judged by this replica alone at limit ÷ live replicas, as budget.on_store_error says.
  * Runs after authentication, parsing and the policy's judgement, before the policy's answer.
  */
 export function budgetStage(
@@ -69,13 +83,20 @@ export function budgetStage(
   const timeoutMessage = `budget check took longer than ${config.checkTimeoutSeconds}s (budget.check_timeout_seconds)`
   const failOpens = options.failOpens ?? new FailOpenWindow(options.now ?? Date.now)
   const warnings = options.warnings ?? new RateLimitedLog(log)
+  const degradedChecks = options.degraded ?? new FailOpenWindow(options.now ?? Date.now)
+  const local = config.onStoreError === 'local'
+  const limiter = options.localLimiter ?? new LocalLimiter()
+  // Made once per stage, not per recovery: the store's absorb bound to this stage's timeout.
+  const storeAbsorb = store.absorb?.bind(store)
+  const absorb = storeAbsorb === undefined ? null : (counts: readonly LocalCount[]) => storeAbsorb(counts, timeoutMs)
 
-  const failed = (ex: Exchange, err: unknown): Verdict => {
+  const failed = (ex: Exchange, err: unknown, charges: readonly Charge[]): Verdict => {
     metrics.budgetStoreErrors.inc()
     if (config.onStoreError === 'closed') {
       throw new WardlineError('WL_BUDGET_STORE_FAILED', 'budget check failed and budget.on_store_error is closed', { cause: err })
     }
     const cause = describeError(err)
+    if (local) return degraded(ex, charges, cause)
     ex.reason = `budget check failed open: ${cause}`
     metrics.budgetFailOpen.inc()
     failOpens.add()
@@ -83,7 +104,44 @@ export function budgetStage(
     return CONTINUE
   }
 
+  /** The store failed: this replica judges the check alone, at its share of every limit. */
+  const degraded = (ex: Exchange, charges: readonly Charge[], cause: string): Verdict => {
+    const replicas = store.liveReplicas?.() ?? 1
+    metrics.budgetDegraded.inc()
+    degradedChecks.add()
+    warnings.warn('budget-degraded', 'budget check failed: enforcing each limit ÷ live replicas locally (budget.on_store_error: local)', {
+      error: cause,
+      live_replicas: replicas,
+    })
+    const admission = limiter.admit(charges, replicas)
+    const why = `budget check degraded to local limit: ${cause}`
+    if (!admission.result.admitted) {
+      const refusal = throttled(admission.result, charges, plan, ex)
+      return { ...refusal, reason: `${refusal.reason}; ${why}` }
+    }
+    ex.reason = why
+    return decided(ex, charges, admission.result, plan, admission)
+  }
+
+  /** A shared verdict: remembered for a later outage, and the moment local counts go back to the store. */
+  const sharedVerdict = (charges: readonly Charge[], result: AdmitResult): void => {
+    limiter.remember(charges, result)
+    if (!limiter.holdsCounts) return
+    limiter.handOver(absorb)?.then(
+      (units) => log.info('budget store answers again: local counts handed to it', { units }),
+      (err: unknown) =>
+        warnings.warn('budget-absorb', 'could not hand local budget counts to the store; keeping them for the next try', {
+          error: describeError(err),
+        }),
+    )
+  }
+
   const refund = (receipt: Receipt): void => {
+    if (receipt.local !== null) {
+      limiter.refund(receipt.local)
+      metrics.budgetRefunds.labels('unserved').inc()
+      return
+    }
     store.refund(receipt.charges, receipt.result, timeoutMs).then(
       () => metrics.budgetRefunds.labels('unserved').inc(),
       (err: unknown) => {
@@ -98,8 +156,9 @@ export function budgetStage(
     try {
       result = await withDeadline(store.admit(charges, timeoutMs), timeoutMs, timeoutMessage)
     } catch (err) {
-      return failed(ex, err)
+      return failed(ex, err, charges)
     }
+    if (local) sharedVerdict(charges, result)
     return decided(ex, charges, result, plan)
   }
 
@@ -107,6 +166,7 @@ export function budgetStage(
     name: 'budget',
     answers: { methods: ['tools/call'], reads: 'outcome' },
     failOpensLastMinute: () => failOpens.count(),
+    degradedLastMinute: () => degradedChecks.count(),
     run(ex: Exchange): Verdict | Promise<Verdict> {
       const charges = chargesFor(ex, plan, identityKeys)
       if (charges === null) return CONTINUE
@@ -115,8 +175,9 @@ export function budgetStage(
       try {
         result = store.admitNow(charges)
       } catch (err) {
-        return failed(ex, err)
+        return failed(ex, err, charges)
       }
+      // An in-process store has nothing to remember for an outage: its counts are the local ones.
       return decided(ex, charges, result, plan)
     },
     onOutcome(ex: Exchange, outcome: Outcome): void {
@@ -136,11 +197,17 @@ export function budgetStage(
 }
 
 /** The verdict on a checked call; an admitted one gets its receipt and RateLimit fields. */
-function decided(ex: Exchange, charges: readonly Charge[], result: AdmitResult, plan: BudgetPlan): Verdict {
+function decided(
+  ex: Exchange,
+  charges: readonly Charge[],
+  result: AdmitResult,
+  plan: BudgetPlan,
+  local: LocalAdmission | null = null,
+): Verdict {
   if (!result.admitted) return throttled(result, charges, plan, ex)
   // A denied call is answered next and never forwarded: nothing of it is ever refunded.
   if (ex.denial !== null) return CONTINUE
-  ex.budgetCharge = new Receipt(charges, result)
+  ex.budgetCharge = new Receipt(charges, result, local)
   const headers = rateLimitFields(result.buckets, charges)
   if (ex.responseHeaders === null) ex.responseHeaders = headers
   else Object.assign(ex.responseHeaders, headers)

@@ -25,7 +25,9 @@ export function readBudget(r: Reader, value: unknown): BudgetConfig {
     // 5 s: long enough to ride out a pool wait under a burst, short enough that a hung database
     // degrades to "fail open" before an MCP client's own request timeout fires.
     checkTimeoutSeconds: r.number(o.check_timeout_seconds, 'budget.check_timeout_seconds', 5, 0, 60, true),
-    onStoreError: r.oneOf(o.on_store_error, 'budget.on_store_error', ['open', 'closed'] as const, 'open'),
+    // open stays the default: with the memory store (one process) nothing can fail, and an operator who
+    // runs replicas on Postgres chooses between availability, enforcement and a local limit knowingly.
+    onStoreError: r.oneOf(o.on_store_error, 'budget.on_store_error', ['open', 'closed', 'local'] as const, 'open'),
   }
 }
 

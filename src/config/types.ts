@@ -147,7 +147,11 @@ export interface BudgetConfig {
   readonly repeatLimit: RepeatLimit | null
   /** Bound on one store check, start to verdict (Postgres). */
   readonly checkTimeoutSeconds: number
-  readonly onStoreError: 'open' | 'closed'
+  /**
+   * What a failed or late store check does: admit (`open`), answer 503 (`closed`), or judge the call on
+   * this replica at limit ÷ live replicas (`local`, budget/local-limiter.ts).
+   */
+  readonly onStoreError: 'open' | 'closed' | 'local'
 }
 
 export type Effect = 'allow' | 'deny'

@@ -11,6 +11,12 @@ export interface PostgresReadinessOptions {
   readonly timeoutMs?: number
   /** Spilled audit entries waiting for the database, reported beside the ping. */
   readonly auditSpillPending?: () => boolean
+  /**
+   * Why Postgres storage is not brought up yet (unreachable at startup, migrations not run), or null
+   * once it is. While it says why, the check fails with that cause instead of pinging: a database that
+   * answers a ping is still not ready for budget checks until its schema is there.
+   */
+  readonly notReady?: () => string | null
 }
 
 /**
@@ -34,6 +40,8 @@ export function postgresReadiness(pool: Pool, options: PostgresReadinessOptions 
         pool_waiting: pool.waitingCount,
         ...(options.auditSpillPending ? { audit_spill_pending: options.auditSpillPending() } : {}),
       }
+      const why = options.notReady?.() ?? null
+      if (why !== null) return { ok: false, detail: { error: `not ready: ${why}; retrying`, ...detail } }
       try {
         await withDeadline(ping(pool, timeoutMs), timeoutMs, `no answer within ${timeoutMs} ms`)
         return { ok: true, detail: { latency_ms: Math.round(performance.now() - started), ...detail } }

@@ -10,10 +10,12 @@ import { HeaderAuthenticator } from '../auth/header-authenticator'
 import { JwtAuthenticator } from '../auth/jwt-authenticator'
 import { type Authenticator, authStage } from '../auth/stage'
 import { FailOpenWindow } from '../budget/fail-open-window'
+import { LocalLimiter } from '../budget/local-limiter'
 import { MemoryBudgetStore } from '../budget/memory-store'
 import { PostgresBudgetStore } from '../budget/postgres-store'
 import { restartedBuckets } from '../budget/buckets'
 import { budgetStage } from '../budget/stage'
+import { StartingBudgetStore } from '../budget/starting-store'
 import type { BudgetStore } from '../budget/store'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
 import { concurrencyStage } from '../concurrency/stage'
@@ -31,6 +33,7 @@ import { compilePolicy } from '../policy/compile'
 import { type ListFilterState, listFilterStage, listFilterState } from '../policy/list-filter'
 import { policyStage, policyVerdictStage } from '../policy/stage'
 import { migrate } from '../postgres/migrate'
+import { PostgresBringUp } from '../postgres/bring-up'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
@@ -114,17 +117,24 @@ async function wire(
   draining: () => boolean,
 ): Promise<LifecycleParts> {
   const readiness: ReadinessCheck[] = []
-  // Postgres first: an unreachable database must stop startup before anything listens. The pool is
+  // Postgres first: with budget.on_store_error closed an unreachable database must stop startup before
+  // anything listens; otherwise its bring-up goes on in the background (launched below). The pool is
   // the first closer, so it is released last (after the audit trail is flushed into it). The spill
   // file is checked before it: nothing is open yet if it fails.
   const postgresOn = config.features.postgresStorage && config.postgres !== null
   const spill = postgresOn ? AuditSpill.open(config.audit.spillFile) : null
-  const pool = postgresOn ? await openPostgres(config, log, closers) : null
-  const audit = (opened.audit = await openAuditTrail(config, pool, spill, metrics, log, readiness))
+  const postgres = postgresOn ? await openPostgres(config, log, closers) : null
+  const audit = (opened.audit = await openAuditTrail(config, postgres, spill, metrics, log, readiness))
 
   const authenticator = await openAuthenticator(config, log)
   closers.push(() => authenticator.close?.())
-  const store = await openBudgetStore(config, pool, options.budgetStore, metrics, log, closers)
+  const store = await openBudgetStore(config, postgres, options.budgetStore, metrics, log, closers)
+  // Pushed after every Postgres user, so it is closed before them: no step starts a reaper or a
+  // heartbeat after its closer ran.
+  if (postgres !== null) {
+    closers.push(() => postgres.bringUp.close())
+    await launchPostgres(config, postgres, log)
+  }
   const upstream = new Upstream(config.upstream, config.http.trustedProxies)
   closers.push(() => upstream.destroy())
   const stages = stageChain(config, { audit, authenticator, store, metrics, log })
@@ -151,7 +161,7 @@ async function wire(
     isShuttingDown: draining,
     beforeMetrics: () => audit.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
-    readyDetails: store === null ? undefined : () => ({ budget_fail_opens_last_minute: stages.failOpensLastMinute() }),
+    readyDetails: store === null ? undefined : () => stages.budgetDetails(),
   })
   return { gateway, routes, audit, log, closers, applyReload }
 }
@@ -159,8 +169,12 @@ async function wire(
 /** The request stages, in order, as a function of the reloadable config (budget and policy). */
 interface StageChain {
   build(config: Config): Stage[]
-  /** Budget checks that failed open in the last minute (for /readyz), across reloads. */
-  failOpensLastMinute(): number
+  /**
+   * /readyz's budget fields, across reloads: checks that failed open and checks judged locally in the
+   * last minute, and `budget_store`: `degraded` while checks are judged locally, `failing_open` while
+   * they fail open, else `ok`.
+   */
+  budgetDetails(): Record<string, unknown>
   /** The open legacy /sse streams by session, for refusals answered as tool results there. */
   readonly legacyStreams: LegacyStreams
 }
@@ -191,7 +205,14 @@ function stageChain(config: Config, parts: StageParts): StageChain {
     concurrencyStage(concurrency, metrics),
     auditReservationStage(audit),
   ]
-  const budgetFailures = { failOpens: new FailOpenWindow(Date.now), warnings: new RateLimitedLog(log) }
+  // The local limiter too (on_store_error: local), so a reload during an outage keeps its counts and
+  // the shared counts it remembered; made even when the config says open, as a reload may say local.
+  const budgetFailures = {
+    failOpens: new FailOpenWindow(Date.now),
+    degraded: new FailOpenWindow(Date.now),
+    warnings: new RateLimitedLog(log),
+    localLimiter: new LocalLimiter(),
+  }
   // The list filter of every chain judges with the policy of the latest one, so a stream opened
   // before a reload lists by the new rules.
   const policies = listFilterState()
@@ -209,14 +230,22 @@ function stageChain(config: Config, parts: StageParts): StageChain {
       const legacy = cfg.toolRefusals === 'result' ? [legacyReader] : []
       return [...leading, ...legacy, ...policy, ...budget, ...(policy.length === 0 ? [] : [policyVerdictStage])]
     },
-    failOpensLastMinute: () => budgetFailures.failOpens.count(),
+    budgetDetails() {
+      const failOpens = budgetFailures.failOpens.count()
+      const degraded = budgetFailures.degraded.count()
+      return {
+        budget_fail_opens_last_minute: failOpens,
+        budget_degraded_checks_last_minute: degraded,
+        budget_store: degraded > 0 ? 'degraded' : failOpens > 0 ? 'failing_open' : 'ok',
+      }
+    },
   }
 }
 
 /** Every configured audit sink, each behind its writer (queue, retries; spill for Postgres). */
 async function openAuditTrail(
   config: Config,
-  pool: Pool | null,
+  postgres: OpenedPostgres | null,
   spill: AuditSpill | null,
   metrics: Metrics,
   log: Logger,
@@ -230,7 +259,8 @@ async function openAuditTrail(
   if (config.audit.output !== null) {
     writers.push(new AuditWriter(await JsonlAuditSink.open(config.audit.output), log, queueing))
   }
-  if (pool !== null && spill !== null) {
+  if (postgres !== null && spill !== null) {
+    const { pool, bringUp } = postgres
     const pgWriter = new AuditWriter(new PostgresAuditSink(pool), log, {
       ...queueing,
       spill,
@@ -239,18 +269,26 @@ async function openAuditTrail(
       onReplayed: (n, name) => metrics.auditReplayed.labels(name).inc(n),
     })
     writers.push(pgWriter)
-    readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled }))
+    readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled, notReady: () => bringUp.cause }))
+    // Entries spilled while the database was unreachable, or had no audit_entries table yet (a start
+    // during an outage), go in once it is brought up rather than at the writer's next replay tick.
+    bringUp.add({
+      name: 'audit replay',
+      run: () => {
+        if (pgWriter.hasSpilled) void pgWriter.replayNow()
+      },
+    })
   }
   return new AuditTrail(writers, metrics, log)
 }
 
 /**
  * The budget store: none while features.budget_enforcement is off (nothing counted), the one a test
- * injects, the shared Postgres store (with its reaper) when there is a pool, else memory.
+ * injects, the shared Postgres store (with its reaper) when Postgres storage is on, else memory.
  */
 async function openBudgetStore(
   config: Config,
-  pool: Pool | null,
+  postgres: OpenedPostgres | null,
   injected: BudgetStore | undefined,
   metrics: Metrics,
   log: Logger,
@@ -263,8 +301,8 @@ async function openBudgetStore(
   let store: BudgetStore
   if (injected !== undefined) {
     store = injected
-  } else if (pool !== null) {
-    store = await openPostgresBudget(pool, config, metrics, log, closers)
+  } else if (postgres !== null) {
+    store = await openPostgresBudget(postgres, config, metrics, log, closers)
   } else {
     store = new MemoryBudgetStore()
   }
@@ -305,11 +343,23 @@ function policyStages(config: Config, log: Logger, policies: ListFilterState): S
   return [policyStage(compiled), listFilterStage(policies)]
 }
 
-/** Startup bound on reaching the database: fail with one clear line instead of hanging. */
+/** Bound on reaching the database, at startup and on each attempt after: one clear line instead of hanging. */
 const POSTGRES_STARTUP_TIMEOUT_MS = 5000
 
-/** The one pool for every Postgres feature, reachable and migrated, or a WL_POSTGRES_UNAVAILABLE error. */
-async function openPostgres(config: Config, log: Logger, closers: Closer[]): Promise<Pool> {
+/** The one pool for every Postgres feature, and the steps that bring its storage up. */
+interface OpenedPostgres {
+  readonly pool: Pool
+  readonly bringUp: PostgresBringUp
+  /** The schema version the migrations left, once they have run. */
+  readonly schema: { version: number | null }
+}
+
+/**
+ * The one pool for every Postgres feature, reached and migrated now if the database answers. If it
+ * does not: a WL_POSTGRES_UNAVAILABLE error with budget.on_store_error closed (nothing is served
+ * without the shared budgets), else the bring-up is left to the background (launchPostgres).
+ */
+async function openPostgres(config: Config, log: Logger, closers: Closer[]): Promise<OpenedPostgres> {
   const checkTimeoutMs = config.budget.checkTimeoutSeconds * 1000
   const pool = openPool(config.postgres as NonNullable<Config['postgres']>, log, {
     // A budget check cannot use a connection it gets after its own deadline. (A reload that raises
@@ -318,30 +368,77 @@ async function openPostgres(config: Config, log: Logger, closers: Closer[]): Pro
     // The server-side backstop must not cut a check the config allows to run longer.
     statementTimeoutMs: Math.max(30_000, checkTimeoutMs + 1000),
   })
-  try {
-    await checkReachable(pool, POSTGRES_STARTUP_TIMEOUT_MS)
-    const { version } = await migrate(pool, log)
-    log.info('postgres storage ready', { schema_version: version, max_connections: config.postgres?.maxConnections })
-  } catch (err) {
-    await pool.end().catch(() => undefined)
-    throw err
-  }
   // Bounded: against a blackholed network pg waits for goodbyes that never come; by then every audit
   // entry is in the table or fsynced in the spill file, so giving up on the goodbye loses nothing.
   closers.push(() => Promise.race([pool.end(), new Promise<void>((r) => setTimeout(r, 3000).unref())]))
-  return pool
+  const bringUp = new PostgresBringUp(log)
+  const schema = { version: null as number | null }
+  bringUp.add({ name: 'reachable', run: () => checkReachable(pool, POSTGRES_STARTUP_TIMEOUT_MS) })
+  bringUp.add({
+    name: 'migrations',
+    run: async () => {
+      schema.version = (await migrate(pool, log)).version
+    },
+  })
+  await bringUp.startupAttempt(failsClosed(config))
+  return { pool, bringUp, schema }
 }
 
-/** The shared budget store (with its reaper), or undefined while budgets are off. */
-async function openPostgresBudget(pool: Pool, config: Config, metrics: Metrics, log: Logger, closers: Closer[]): Promise<BudgetStore> {
+/** budget.on_store_error closed: the operator prefers no service to service without shared budgets. */
+function failsClosed(config: Config): boolean {
+  return config.budget.onStoreError === 'closed'
+}
+
+/**
+ * Once wiring is done: the steps added since the first attempt run now (unless one already failed);
+ * storage not ready by then is announced once and brought up in the background.
+ */
+async function launchPostgres(config: Config, postgres: OpenedPostgres, log: Logger): Promise<void> {
+  const { bringUp } = postgres
+  await bringUp.startupAttempt(failsClosed(config))
+  if (!bringUp.ready) {
+    const fallback = config.features.budgetEnforcement
+      ? `budget.on_store_error: ${config.budget.onStoreError}`
+      : 'audit entries spilled to audit.spill_file'
+    log.warn(`postgres is not ready at startup: serving with ${fallback} until it answers (retrying in the background)`, {
+      cause: bringUp.cause,
+    })
+  }
+  const after = bringUp.attempts
+  bringUp.launch(() =>
+    log.info('postgres storage ready', {
+      schema_version: postgres.schema.version,
+      max_connections: config.postgres?.maxConnections,
+      ...(bringUp.attempts > after ? { attempts: bringUp.attempts } : {}),
+    }),
+  )
+}
+
+/**
+ * The shared budget store with its reaper, behind a StartingBudgetStore: until Postgres storage is
+ * brought up every check fails at once (budget.on_store_error decides), then it only delegates.
+ */
+async function openPostgresBudget(
+  postgres: OpenedPostgres,
+  config: Config,
+  metrics: Metrics,
+  log: Logger,
+  closers: Closer[],
+): Promise<BudgetStore> {
+  const { pool, bringUp } = postgres
   const store = new PostgresBudgetStore(pool, {
     checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000,
     log,
     onRefunded: () => metrics.budgetRefunds.labels('late_verdict').inc(),
   })
-  await store.calibrate()
+  metrics.observeBudgetStore(() => store.stats())
   const reaper = new BudgetReaper(pool, log)
-  reaper.start()
   closers.push(() => reaper.close())
-  return store
+  // The clock offset, then this replica's first heartbeat and its timer (a migrated schema first: the
+  // heartbeat table is migration 004's).
+  bringUp.add({ name: 'budget store', run: () => store.start() })
+  // A step of its own: the bring-up checks for a shutdown between steps, so no reaper starts after close.
+  bringUp.add({ name: 'budget reaper', run: () => reaper.start() })
+  await bringUp.startupAttempt(failsClosed(config))
+  return new StartingBudgetStore(store, bringUp)
 }

@@ -68,7 +68,8 @@ async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number):
 }
 
 describe('gateway with postgres_storage', () => {
-  test('startup fails with one clear line within a few seconds when the database is unreachable', async () => {
+  // With open or local the gateway starts anyway (start-outage.test.ts).
+  test('with on_store_error closed, startup fails with one clear line within a few seconds when the database is unreachable', async () => {
     const dir = tempDir()
     const config = configFrom(
       {
@@ -76,7 +77,7 @@ describe('gateway with postgres_storage', () => {
         upstream: 'http://127.0.0.1:9',
         auth: { mode: 'header' },
         audit: { output: `${dir}/a.jsonl` },
-        ...postgresConfig('postgres://postgres@127.0.0.1:1/none'),
+        ...postgresConfig('postgres://postgres@127.0.0.1:1/none', { budget: { on_store_error: 'closed' } }),
       },
       {},
       dir,

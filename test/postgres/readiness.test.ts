@@ -1,12 +1,12 @@
 import type { Pool } from 'pg'
-import { MCP_HEADERS, as, type Harness, startHarness, toolCall } from '../helpers/harness'
+import { MCP_HEADERS, as, type Harness, rpc, startHarness, toolCall } from '../helpers/harness'
 import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 
 /**
  * /readyz must say whether the database answers, not whether the gateway's pool has a free
- * connection: a pool saturated by budget checks is reported in the body, the status stays 200.
+ * connection: a saturated pool is reported in the body, the status stays 200.
  */
 let db: TestDatabase
 let pool: Pool
@@ -37,7 +37,9 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
   try {
     expect((await call(h, 'busy', 0)).status).toBe(200) // creates the bucket rows
     // Hold every bucket row: the next check takes the pool's only connection and waits on the lock,
-    // and the one after it waits for the connection.
+    // and the audit entry of an unbudgeted call after it waits for the connection. (A second budget
+    // check would not: it waits for the next budget statement, which the store starts only when it
+    // has a connection to spare.)
     await holder.query('BEGIN')
     await holder.query('SELECT * FROM budget_buckets FOR UPDATE')
     pending.push(call(h, 'busy', 1))
@@ -50,7 +52,9 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
         ).rows[0].n === 1,
       { what: 'the budget check to wait on the held row lock' },
     )
-    pending.push(call(h, 'busy', 2))
+    pending.push(
+      fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as('busy') }, body: JSON.stringify(rpc('tools/list', {}, 2)) }),
+    )
     const body = await waitFor(
       async () => {
         const busy = await fetch(`${h.url}/readyz`)
@@ -58,7 +62,7 @@ test('/readyz stays 200 while the one pooled connection is busy and the database
         const seen = (await busy.json()) as { checks: Record<string, { pool_waiting?: number }> }
         return seen.checks.postgres?.pool_waiting === 1 && seen
       },
-      { what: '/readyz to report one check waiting for the pool' },
+      { what: '/readyz to report the audit write waiting for the pool' },
     )
     expect(body.checks.postgres).toMatchObject({ ok: true, pool_total: 1, pool_idle: 0, pool_waiting: 1 })
 

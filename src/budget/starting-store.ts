@@ -1,0 +1,57 @@
+import type { AdmitResult, BucketCharge, BudgetStore, LocalCount } from './store'
+
+/** Whether the store behind may be used yet: null when it may, else the error to fail with. */
+export interface StoreGate {
+  notReadyError(): Error | null
+}
+
+/**
+ * A shared store that is not ready yet (its database was unreachable at startup, or its migrations
+ * have not run): every check rejects at once with the gate's error, so the budget stage applies
+ * budget.on_store_error straight away instead of each call waiting for a connection that will not
+ * come, or reaching a function the schema does not have yet. Once the gate opens it only delegates.
+ */
+export class StartingBudgetStore implements BudgetStore {
+  readonly admitNow?: (charges: readonly BucketCharge[]) => AdmitResult
+  readonly absorb?: (counts: readonly LocalCount[], timeoutMs?: number) => Promise<void>
+  readonly liveReplicas?: () => number
+
+  constructor(
+    private readonly inner: BudgetStore,
+    private readonly gate: StoreGate,
+  ) {
+    // Only what the inner store has: the budget stage and the local limiter look at which optional
+    // methods a store offers.
+    const admitNow = inner.admitNow?.bind(inner)
+    const absorb = inner.absorb?.bind(inner)
+    if (admitNow !== undefined) {
+      this.admitNow = (charges) => {
+        const err = gate.notReadyError()
+        if (err !== null) throw err
+        return admitNow(charges)
+      }
+    }
+    if (absorb !== undefined) {
+      this.absorb = (counts, timeoutMs) => {
+        const err = gate.notReadyError()
+        return err === null ? absorb(counts, timeoutMs) : Promise.reject(err)
+      }
+    }
+    // Not gated: it reads what the store last heard (at least 1), never the database.
+    this.liveReplicas = inner.liveReplicas?.bind(inner)
+  }
+
+  admit(charges: readonly BucketCharge[], timeoutMs?: number): Promise<AdmitResult> {
+    const err = this.gate.notReadyError()
+    return err === null ? this.inner.admit(charges, timeoutMs) : Promise.reject(err)
+  }
+
+  refund(charges: readonly BucketCharge[], result: AdmitResult, timeoutMs?: number): Promise<void> {
+    const err = this.gate.notReadyError()
+    return err === null ? this.inner.refund(charges, result, timeoutMs) : Promise.reject(err)
+  }
+
+  close(): Promise<void> {
+    return this.inner.close()
+  }
+}
