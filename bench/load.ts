@@ -196,7 +196,7 @@ export interface BenchRow {
 
 /**
  * A scenario bench/run.ts runs when its file exports it as `sections`. `run` must finish within
- * `budgetSeconds` (the whole benchmark stays under two minutes); run.ts passes the deadline it enforces.
+ * `budgetSeconds` (the whole benchmark stays near two minutes: run.ts TOTAL_BUDGET_SECONDS); run.ts passes the deadline it enforces.
  */
 export interface BenchSection {
   readonly name: string

