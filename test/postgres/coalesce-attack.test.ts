@@ -6,6 +6,7 @@ import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
+import { countOf, holdRow, lockWaits } from '../helpers/budget-rows'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 
@@ -30,32 +31,6 @@ beforeEach(async () => {
 })
 
 const INT_MAX = 2147483647
-
-const LOCK_WAITS = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-
-async function lockWaits(): Promise<number> {
-  return (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n
-}
-
-async function countOf(key: string): Promise<number | null> {
-  const r = await pool.query<{ count: number }>('SELECT count FROM budget_buckets WHERE key = $1', [key])
-  return r.rows.length === 0 ? null : r.rows[0].count
-}
-
-/** Holds `key`'s row lock until the returned function is called (a stuck transaction elsewhere). Idempotent release. */
-async function holdRow(key: string): Promise<() => Promise<void>> {
-  await pool.query("INSERT INTO budget_buckets (key, count, ends_at) VALUES ($1, 0, '-infinity') ON CONFLICT DO NOTHING", [key])
-  const holder = await pool.connect()
-  await holder.query('BEGIN')
-  await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [key])
-  let released = false
-  return async () => {
-    if (released) return
-    released = true
-    await holder.query('COMMIT')
-    holder.release()
-  }
-}
 
 /** A promise's outcome as a value: the result, or the rejection's message. */
 function settle<T>(p: Promise<T>): Promise<T | string> {
@@ -130,7 +105,7 @@ describe('verdicts reach the check they belong to', () => {
     expect(expected.filter((e) => e.admitted).length).toBeGreaterThan(50)
     expect(expected.filter((e) => !e.admitted).length).toBeGreaterThan(50)
     expect(results.map(judged)).toEqual(expected)
-    for (const b of buckets) expect((await countOf(b.key)) ?? 0).toBe(counts.get(b.key) ?? 0)
+    for (const b of buckets) expect((await countOf(pool, b.key)) ?? 0).toBe(counts.get(b.key) ?? 0)
     await store.close()
   }, 60_000)
 
@@ -157,8 +132,8 @@ describe('verdicts reach the check they belong to', () => {
         const expected = judgeOneByOne(live, counts)
         const got = await Promise.all(outcomes.filter((_, i) => i % 2 === 1))
         expect(got.map((r) => (typeof r === 'string' ? r : judged(r)))).toEqual(expected)
-        for (const b of buckets) expect((await countOf(b.key)) ?? 0).toBe(counts.get(b.key) ?? 0)
-        expect(await countOf(toolKey('doomed'))).toBeNull()
+        for (const b of buckets) expect((await countOf(pool, b.key)) ?? 0).toBe(counts.get(b.key) ?? 0)
+        expect(await countOf(pool, toolKey('doomed'))).toBeNull()
         await store.close()
       } finally {
         if (!released) held.release()
@@ -205,7 +180,7 @@ describe('one check cannot fail the others in its statement', () => {
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
     const tool = bucket(toolKey('metered'), 1_000_000_000)
     await store.absorb([{ key: tool.key, count: INT_MAX, windowSeconds: 60 }])
-    expect(await countOf(tool.key)).toBe(INT_MAX)
+    expect(await countOf(pool, tool.key)).toBe(INT_MAX)
     const r = await settle(store.admit([tool]))
     expect(r).toMatchObject({ admitted: false, refusedBy: 0 })
   })
@@ -231,10 +206,10 @@ describe('one check cannot fail the others in its statement', () => {
     // check only.
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 2 })
     const hot = bucket(toolKey('hot'), 1000)
-    const release = await holdRow(hot.key)
+    const release = await holdRow(pool, hot.key)
     try {
       const first = settle(store.admit([hot], 4000))
-      await waitFor(async () => (await lockWaits()) > 0, { what: 'the first statement to wait on the lock', intervalMs: 5 })
+      await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the first statement to wait on the lock', intervalMs: 5 })
       const sameRow = settle(store.admit([hot], 1500)) // an ordinary caller of the same hot tool
       const unrelated = settle(store.admit([bucket(identityKey('other', 'dave'), 10)], 1500))
       expect(await unrelated).toMatchObject({ admitted: true })
@@ -274,24 +249,24 @@ describe('ghost charges and lost verdicts', () => {
     const viaProxy = testPool(proxy.urlFor(db.url), 2)
     const gate = bucket(toolKey('gate'), 100)
     const k = bucket(toolKey('k'), 100)
-    const releaseGate = await holdRow(gate.key)
-    const releaseK = await holdRow(k.key)
+    const releaseGate = await holdRow(pool, gate.key)
+    const releaseK = await holdRow(pool, k.key)
     try {
       const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 10_000, maxStatements: 1 })
       const opener = store.admit([gate]) // waits on gate; the three below share the next statement
-      await waitFor(async () => (await lockWaits()) > 0, { what: 'the opener to wait', intervalMs: 5 })
+      await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the opener to wait', intervalMs: 5 })
       const callers = ['alice', 'bob', 'carol'].map((who) => bucket(identityKey('acme', who), 10))
       const outcomes = [settle(store.admit([k, callers[0]])), settle(store.admit([callers[1]])), settle(store.admit([callers[2]]))]
       await releaseGate()
       expect((await opener).admitted).toBe(true)
-      await waitFor(async () => (await lockWaits()) > 0, { what: 'the batch to wait on k', intervalMs: 5 })
+      await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the batch to wait on k', intervalMs: 5 })
       proxy.pause() // the reply will be held here
       await releaseK()
-      await waitFor(async () => (await countOf(callers[1].key)) === 1, { what: 'the batch to commit', intervalMs: 5 })
+      await waitFor(async () => (await countOf(pool, callers[1].key)) === 1, { what: 'the batch to commit', intervalMs: 5 })
       proxy.refuse() // and the connection is cut before the reply reaches the gateway
       for (const o of outcomes) expect(typeof (await o)).toBe('string')
       // What each caller was told: no verdict. What the database kept: a charge for each.
-      for (const c of callers) expect(await countOf(c.key)).toBe(0)
+      for (const c of callers) expect(await countOf(pool, c.key)).toBe(0)
     } finally {
       await releaseGate()
       await releaseK()
@@ -310,12 +285,12 @@ describe('ghost charges and lost verdicts', () => {
     try {
       const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 1000 })
       await store.admit([alice]) // the row exists; the connection is open
-      release = await holdRow(alice.key)
+      release = await holdRow(pool, alice.key)
       const late = settle(store.admit([alice]))
-      await waitFor(async () => (await lockWaits()) > 0, { what: 'the check to wait on the lock', intervalMs: 5 })
+      await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the check to wait on the lock', intervalMs: 5 })
       proxy.pause() // the verdict will be held here
       await release()
-      await waitFor(async () => (await countOf(alice.key)) === 2, { what: 'the check to commit', intervalMs: 5 })
+      await waitFor(async () => (await countOf(pool, alice.key)) === 2, { what: 'the check to commit', intervalMs: 5 })
       expect(await late).toMatch(/no budget verdict/) // the caller gave up; the verdict is admitted
       // Let the verdict through, then hang the network again: the refund it starts is held.
       proxy.resume()
@@ -344,17 +319,17 @@ describe('ghost charges and lost verdicts', () => {
     try {
       const store = new PostgresBudgetStore(viaProxy, { checkTimeoutMs: 1000, onRefunded: () => refunded++ })
       await store.admit([alice])
-      release = await holdRow(alice.key)
+      release = await holdRow(pool, alice.key)
       const late = settle(store.admit([alice]))
-      await waitFor(async () => (await lockWaits()) > 0, { what: 'the check to wait on the lock', intervalMs: 5 })
+      await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the check to wait on the lock', intervalMs: 5 })
       proxy.pause()
       await release()
-      await waitFor(async () => (await countOf(alice.key)) === 2, { what: 'the check to commit', intervalMs: 5 })
+      await waitFor(async () => (await countOf(pool, alice.key)) === 2, { what: 'the check to commit', intervalMs: 5 })
       expect(await late).toMatch(/no budget verdict/)
       proxy.resume()
       await store.close()
       expect(refunded).toBe(1)
-      expect(await countOf(alice.key)).toBe(1)
+      expect(await countOf(pool, alice.key)).toBe(1)
     } finally {
       await release?.()
       proxy.resume()
@@ -427,7 +402,7 @@ describe('replicas, refunds and absorbs together', () => {
         expect((await injected.admit([b])).admitted).toBe(true)
         nowMs += 1
       }
-      expect([await countOf(a.key), await countOf(b.key)]).toEqual([5, 5])
+      expect([await countOf(pool, a.key), await countOf(pool, b.key)]).toEqual([5, 5])
       await Promise.all([real.close(), injected.close()])
     } finally {
       await single.end()

@@ -7,6 +7,7 @@ import { ReplicaHeartbeat } from '../../src/postgres/heartbeat'
 import { migrate } from '../../src/postgres/migrate'
 import { bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
+import { countOf, holdRow, lockWaits } from '../helpers/budget-rows'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 
@@ -26,25 +27,6 @@ beforeEach(async () => {
   await pool.query('TRUNCATE budget_buckets')
 })
 
-async function countOf(key: string): Promise<number | null> {
-  const r = await pool.query<{ count: number }>('SELECT count FROM budget_buckets WHERE key = $1', [key])
-  return r.rows.length === 0 ? null : r.rows[0].count
-}
-
-const LOCK_WAITS = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-
-/** Holds `key`'s row lock until the returned function is called (a stuck transaction elsewhere). */
-async function holdRow(key: string): Promise<() => Promise<void>> {
-  await pool.query("INSERT INTO budget_buckets (key, count, ends_at) VALUES ($1, 0, '-infinity') ON CONFLICT DO NOTHING", [key])
-  const holder = await pool.connect()
-  await holder.query('BEGIN')
-  await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [key])
-  return async () => {
-    await holder.query('COMMIT')
-    holder.release()
-  }
-}
-
 test('checks that arrive while a statement is in flight share the next one, in arrival order, each all or nothing', async () => {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 1 })
   const alice = bucket(identityKey('acme', 'alice'), 5)
@@ -53,7 +35,7 @@ test('checks that arrive while a statement is in flight share the next one, in a
   expect(results.map((r) => r.admitted)).toEqual([true, true, true, true, true, false, false, false, false, false])
   expect(results.map((r) => r.buckets[0].remaining)).toEqual([4, 3, 2, 1, 0, 0, 0, 0, 0, 0])
   expect(store.stats()).toEqual({ checks: 10, statements: 2 })
-  expect(await countOf(alice.key)).toBe(5)
+  expect(await countOf(pool, alice.key)).toBe(5)
 })
 
 test('a refused check in a batch charges nothing, and the checks after it see the counts it left alone', async () => {
@@ -78,10 +60,10 @@ test('a refused check in a batch charges nothing, and the checks after it see th
   expect(r[2].buckets[0].remaining).toBe(0)
   expect(r[4].buckets.map((b) => b.remaining)).toEqual([1, 2])
   expect(store.stats().statements).toBe(2)
-  expect(await countOf(tool.key)).toBe(1)
-  expect(await countOf(alice.key)).toBe(2)
-  expect(await countOf(bob.key)).toBe(3)
-  expect(await countOf(probe.key)).toBe(0)
+  expect(await countOf(pool, tool.key)).toBe(1)
+  expect(await countOf(pool, alice.key)).toBe(2)
+  expect(await countOf(pool, bob.key)).toBe(3)
+  expect(await countOf(pool, probe.key)).toBe(0)
 })
 
 test('a spike of 500 callers over 20 identities on 4 connections: no check fails, counts exact, far fewer round trips than checks', async () => {
@@ -98,8 +80,8 @@ test('a spike of 500 callers over 20 identities on 4 connections: no check fails
     expect(outcomes.filter((o) => o.status === 'rejected')).toEqual([])
     const admitted = outcomes.filter((o) => o.status === 'fulfilled' && o.value.admitted).length
     expect(admitted).toBe(400)
-    for (const id of identities) expect(await countOf(id.key)).toBe(20)
-    expect(await countOf(tool.key)).toBe(400)
+    for (const id of identities) expect(await countOf(pool, id.key)).toBe(20)
+    expect(await countOf(pool, tool.key)).toBe(400)
     const { checks, statements } = store.stats()
     expect(checks).toBe(500)
     expect(statements).toBeLessThan(50)
@@ -147,12 +129,12 @@ test('two replicas sending batches over the same new keys in opposite orders nev
 test('a check whose deadline passes in a batch waiting on a lock charges nothing; the others in it are judged and charged', async () => {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 1 })
   const hot = bucket(toolKey('hot'), 100)
-  const release = await holdRow(hot.key)
+  const release = await holdRow(pool, hot.key)
   let short: Promise<unknown>
   let long: Promise<unknown>
   try {
     const opener = store.admit([hot], 3000) // in flight, waiting on the lock
-    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, { what: 'the lock wait', intervalMs: 5 })
+    await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the lock wait', intervalMs: 5 })
     // Both wait for the next statement; the short one gives up before the lock is released.
     short = store.admit([hot], 150).then(
       () => 'verdict',
@@ -168,7 +150,7 @@ test('a check whose deadline passes in a batch waiting on a lock charges nothing
     throw err
   }
   await store.close()
-  expect(await countOf(hot.key)).toBe(2) // the opener and the long one: never the one that gave up
+  expect(await countOf(pool, hot.key)).toBe(2) // the opener and the long one: never the one that gave up
 })
 
 test('a check given up on inside a statement gets no verdict there and is never charged, even if the statement commits', async () => {
@@ -176,12 +158,12 @@ test('a check given up on inside a statement gets no verdict there and is never 
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 1, onRefunded: () => refunded++ })
   const hot = bucket(toolKey('hot'), 100)
   const gate = bucket(toolKey('gate'), 100)
-  const releaseHot = await holdRow(hot.key)
-  const releaseGate = await holdRow(gate.key)
+  const releaseHot = await holdRow(pool, hot.key)
+  const releaseGate = await holdRow(pool, gate.key)
   try {
     // The opener holds the one statement slot (waiting on `gate`), so the next two checks share one statement.
     const opener = store.admit([gate])
-    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, { what: 'the opener to wait', intervalMs: 5 })
+    await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the opener to wait', intervalMs: 5 })
     const createdAt = performance.now()
     const both = [store.admit([hot], 800), store.admit([hot], 4000)].map((p) =>
       p.then(
@@ -192,7 +174,7 @@ test('a check given up on inside a statement gets no verdict there and is never 
     await releaseGate()
     expect((await opener).admitted).toBe(true)
     // Now both wait on `hot` in one statement; hold it past the short check's deadline, on the database too.
-    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, { what: 'the batch to wait', intervalMs: 5 })
+    await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the batch to wait', intervalMs: 5 })
     await new Promise((r) => setTimeout(r, Math.max(0, 900 - (performance.now() - createdAt))))
     await releaseHot()
     const [short, long] = await Promise.all(both)
@@ -207,16 +189,16 @@ test('a check given up on inside a statement gets no verdict there and is never 
   await store.close()
   // The database gave the late check no verdict (refused_by -2), so there was nothing to refund either.
   expect(refunded).toBe(0)
-  expect(await countOf(hot.key)).toBe(1)
+  expect(await countOf(pool, hot.key)).toBe(1)
 })
 
 test('a statement stuck on a row lock someone holds does not hold the checks behind it that need other rows', async () => {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 2 })
   const stuck = bucket(toolKey('stuck'), 100)
-  const release = await holdRow(stuck.key)
+  const release = await holdRow(pool, stuck.key)
   try {
     const waiting = store.admit([stuck])
-    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, { what: 'the lock wait', intervalMs: 5 })
+    await waitFor(async () => (await lockWaits(pool)) > 0, { what: 'the lock wait', intervalMs: 5 })
     // Arrives while the stuck statement is the only one in flight: a second starts once it counts as stalled.
     const other = await store.admit([bucket(identityKey('acme', 'bob'), 10)])
     expect(other.admitted).toBe(true)
@@ -240,10 +222,10 @@ test('absorb adds local counts to an open window, opens one where none is, and r
     { key: 'expired', count: 1, windowSeconds: 30 },
     { key: 'zero', count: 0, windowSeconds: 30 },
   ])
-  expect(await countOf(open.key)).toBe(5) // over its limit: the calls ran, the window is full until it ends
-  expect(await countOf('new')).toBe(2)
-  expect(await countOf('expired')).toBe(1)
-  expect(await countOf('zero')).toBeNull()
+  expect(await countOf(pool, open.key)).toBe(5) // over its limit: the calls ran, the window is full until it ends
+  expect(await countOf(pool, 'new')).toBe(2)
+  expect(await countOf(pool, 'expired')).toBe(1)
+  expect(await countOf(pool, 'zero')).toBeNull()
   const r = await pool.query<{ key: string; secs: number }>(
     "SELECT key, extract(epoch FROM ends_at - now())::float8 AS secs FROM budget_buckets WHERE key IN ('new', 'expired')",
   )

@@ -6,6 +6,7 @@ import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { budgetStoreContract, bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
+import { countOf, lockWaits } from '../helpers/budget-rows'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 
@@ -32,14 +33,6 @@ test('the migrations leave the version 1, 2 and 3 admit functions side by side (
   ])
 })
 
-/** Sessions of this database waiting for a lock (a check queued behind a row someone holds). */
-const LOCK_WAITS = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-
-async function countOf(key: string): Promise<number | null> {
-  const r = await pool.query<{ count: number }>('SELECT count FROM budget_buckets WHERE key = $1', [key])
-  return r.rows.length === 0 ? null : r.rows[0].count
-}
-
 /**
  * A check (of a store with checkTimeoutMs 1000) whose verdict commits in time but reaches the store
  * after it gave up: `lockedKey`'s row is held until the check waits on it, then released, while this
@@ -52,7 +45,7 @@ async function admitTooLate(store: PostgresBudgetStore, charges: BucketCharge[],
     await holder.query('SELECT * FROM budget_buckets WHERE key = $1 FOR UPDATE', [lockedKey])
     const started = performance.now()
     const late = store.admit(charges)
-    await waitFor(async () => (await pool.query<{ n: number }>(LOCK_WAITS)).rows[0].n > 0, {
+    await waitFor(async () => (await lockWaits(pool)) > 0, {
       what: 'the check to wait on the row lock',
       intervalMs: 5,
     })
@@ -92,7 +85,7 @@ describe('PostgresBudgetStore', () => {
       const before = proxy.roundTrips
       for (let i = 0; i < 10; i++) expect((await store.admit(charges)).admitted).toBe(true)
       expect(proxy.roundTrips - before).toBe(10)
-      expect(await countOf(identityKey('acme', 'alice'))).toBe(11)
+      expect(await countOf(pool, identityKey('acme', 'alice'))).toBe(11)
     } finally {
       await viaProxy.end()
       await proxy.close()
@@ -113,10 +106,10 @@ describe('PostgresBudgetStore', () => {
       const before = proxy.roundTrips
       for (let i = 0; i < 10; i++) expect((await store.admit(charges)).admitted).toBe(true)
       expect(proxy.roundTrips - before).toBe(10)
-      expect(await countOf(identityKey('acme', 'alice'))).toBe(11)
+      expect(await countOf(pool, identityKey('acme', 'alice'))).toBe(11)
       // Checked only: locked through a placeholder row, which the check leaves at 0 and already expired.
-      expect(await countOf(toolKey('search'))).toBe(0)
-      expect(await countOf(tenantKey('acme'))).toBe(0)
+      expect(await countOf(pool, toolKey('search'))).toBe(0)
+      expect(await countOf(pool, tenantKey('acme'))).toBe(0)
     } finally {
       await viaProxy.end()
       await proxy.close()
@@ -136,9 +129,9 @@ describe('PostgresBudgetStore', () => {
     ]
     const results = await Promise.all(Array.from({ length: 200 }, (_, i) => store.admit(orders[i % orders.length])))
     expect(results.filter((r) => r.admitted)).toHaveLength(150)
-    expect(await countOf(a.key)).toBe(150)
-    expect(await countOf(b.key)).toBe(150)
-    expect(await countOf(c.key)).toBe(150)
+    expect(await countOf(pool, a.key)).toBe(150)
+    expect(await countOf(pool, b.key)).toBe(150)
+    expect(await countOf(pool, c.key)).toBe(150)
   })
 
   test('refunds running beside checks on the same buckets never deadlock and leave exact counts', async () => {
@@ -177,7 +170,7 @@ describe('PostgresBudgetStore', () => {
     await Promise.all(workers)
     expect(errors).toEqual([])
     expect(refunds).toBeGreaterThan(50)
-    for (const c of charges) expect(await countOf(c.key)).toBe(admits - refunds)
+    for (const c of charges) expect(await countOf(pool, c.key)).toBe(admits - refunds)
   }, 20_000)
 
   test('an admitted verdict that reaches the gateway after it stopped waiting is refunded, and reported once', async () => {
@@ -188,7 +181,7 @@ describe('PostgresBudgetStore', () => {
     await admitTooLate(store, [alice], alice.key)
     await store.close() // waits for refunds in flight
     expect(refunds).toBe(1)
-    expect(await countOf(alice.key)).toBe(1)
+    expect(await countOf(pool, alice.key)).toBe(1)
   })
 
   test('a late admitted verdict is refunded in its charged buckets only, never in those it only checked', async () => {
@@ -201,8 +194,8 @@ describe('PostgresBudgetStore', () => {
     await admitTooLate(store, [tenant, alice], alice.key)
     await store.close()
     expect(refunds).toBe(1)
-    expect(await countOf(alice.key)).toBe(1)
-    expect(await countOf(tenant.key)).toBe(2)
+    expect(await countOf(pool, alice.key)).toBe(1)
+    expect(await countOf(pool, tenant.key)).toBe(2)
   })
 
   test('a refund against a hung network rejects within its bound, and close() still returns', async () => {
@@ -241,7 +234,7 @@ describe('PostgresBudgetStore', () => {
       expect(performance.now() - started).toBeLessThan(5000)
       await store.close()
       proxy.allow()
-      expect(await countOf(charges[0].key)).toBe(1) // nothing was taken back
+      expect(await countOf(pool, charges[0].key)).toBe(1) // nothing was taken back
     } finally {
       await viaProxy.end()
       await proxy.close()
@@ -255,9 +248,9 @@ describe('PostgresBudgetStore', () => {
     await expect(call('ARRAY[true, NULL]::boolean[]')).rejects.toThrow(/p_charged/)
     await expect(call('ARRAY[true]::boolean[]')).rejects.toThrow(/p_charged/)
     await expect(call('NULL::boolean[]')).rejects.toThrow(/p_charged/)
-    expect(await countOf('a')).toBeNull()
+    expect(await countOf(pool, 'a')).toBeNull()
     await call('ARRAY[false, true]::boolean[]')
-    expect([await countOf('a'), await countOf('b')]).toEqual([0, 1])
+    expect([await countOf(pool, 'a'), await countOf(pool, 'b')]).toEqual([0, 1])
   })
 
   test('a lock timeout, an error the server sent, keeps the connection: contention does not turn into reconnects', async () => {
@@ -313,7 +306,7 @@ describe('PostgresBudgetStore', () => {
     }
     // Give a ghost every chance to land, then look: the abandoned check must not have charged.
     await pool.query('SELECT pg_sleep(0.1)')
-    expect(await countOf(alice.key)).toBe(1)
+    expect(await countOf(pool, alice.key)).toBe(1)
     expect((await store.admit([alice])).buckets[0].remaining).toBe(8)
   })
 
@@ -334,7 +327,7 @@ describe('PostgresBudgetStore', () => {
       // A negative check: nothing observable marks "the late statement has run", so it gets a moment to
       // charge (a round trip takes a millisecond here) before the count is read.
       await new Promise((resolve) => setTimeout(resolve, 200))
-      expect(await countOf(alice.key)).toBe(1)
+      expect(await countOf(pool, alice.key)).toBe(1)
     } finally {
       await viaProxy.end()
       await proxy.close()
