@@ -126,7 +126,7 @@ interface BatchStatement {
 /**
  * REFUND_SQL's parameters for what an admitted check charged: its charged buckets that have a window
  * (an admitted charged bucket always has one; the check is skipped for a null defensively). `windows[i]`
- * is the bucket's ends_at as the database wrote it (window_ends). Null when there is nothing to take back.
+ * is the bucket's ends_at as the database wrote it (key_ends). Null when there is nothing to take back.
  */
 function refundValues(charges: readonly BucketCharge[], windows: readonly WindowId[]): [string[], number[], string[]] | null {
   const keys: string[] = []
@@ -199,7 +199,7 @@ const EMPTY_RESULT: AdmitResult = { admitted: true, buckets: [], refusedBy: -1 }
  * (postgres/migrations/004-coalesced-admission.ts): one round trip, one commit, each row locked once,
  * whatever number of checks and tiers, and each check judged alone, all or nothing, in arrival order.
  * Windows are on the database clock, rows locked in key order (deadlock-free). A bucket's window is its
- * row's ends_at, as text (window_ends). At most `maxStatements` statements are in flight, so a spike
+ * row's ends_at, as text (key_ends). At most `maxStatements` statements are in flight, so a spike
  * of checks needs that many connections, not one each.
  *
  * No ghost increments, because a check that hangs must become "failed open", never a late charge:
@@ -281,7 +281,7 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   /**
-   * Takes back what an admitted check charged, in the windows `result` names (window_ends), so a bucket
+   * Takes back what an admitted check charged, in the windows `result` names (key_ends), so a bucket
    * whose window ended since keeps its new window's count: one statement (REFUND_SQL), bounded by
    * `timeoutMs` from the pool wait to the answer. Rejects on a store failure, unlogged: the caller
    * logs and counts it. A refund we gave up on (a hung network) may still reach the database later and
@@ -302,9 +302,21 @@ export class PostgresBudgetStore implements BudgetStore {
 
   /** Adds counts admitted locally during an outage to the shared rows (ABSORB_SQL): one statement, bounded by `timeoutMs`. */
   absorb(counts: readonly LocalCount[], timeoutMs = this.checkTimeoutMs): Promise<void> {
-    const live = counts.filter((c) => c.count > 0)
-    if (live.length === 0) return Promise.resolve()
-    const values = [live.map((c) => c.key), live.map((c) => c.count), live.map((c) => c.windowSeconds)]
+    // One row per key: the upsert cannot touch a row twice in one statement (it would fail every retry).
+    const merged = new Map<string, { count: number; windowSeconds: number }>()
+    for (const c of counts) {
+      if (c.count <= 0) continue
+      const seen = merged.get(c.key)
+      if (seen === undefined) merged.set(c.key, { count: c.count, windowSeconds: c.windowSeconds })
+      else seen.count += c.count
+    }
+    if (merged.size === 0) return Promise.resolve()
+    const keys = [...merged.keys()]
+    const values = [
+      keys,
+      keys.map((k) => Math.min(2147483647, merged.get(k)?.count ?? 0)),
+      keys.map((k) => merged.get(k)?.windowSeconds ?? 0),
+    ]
     const work = this.boundedStatement(ABSORB_SQL, values, timeoutMs, 'absorb')
     this.track(work.catch(() => undefined))
     return work

@@ -221,9 +221,10 @@ test('absorb adds local counts to an open window, opens one where none is, and r
     { key: 'new', count: 2, windowSeconds: 30 },
     { key: 'expired', count: 1, windowSeconds: 30 },
     { key: 'zero', count: 0, windowSeconds: 30 },
+    { key: 'new', count: 1, windowSeconds: 30 }, // the same key twice is one row: added up, not an error
   ])
   expect(await countOf(pool, open.key)).toBe(5) // over its limit: the calls ran, the window is full until it ends
-  expect(await countOf(pool, 'new')).toBe(2)
+  expect(await countOf(pool, 'new')).toBe(3)
   expect(await countOf(pool, 'expired')).toBe(1)
   expect(await countOf(pool, 'zero')).toBeNull()
   const r = await pool.query<{ key: string; secs: number }>(
