@@ -1,4 +1,4 @@
-import type { Pool, PoolClient, QueryConfig } from 'pg'
+import type { Pool, PoolClient, QueryConfig, QueryResult } from 'pg'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import { withDeadline } from '../deadline'
@@ -121,6 +121,14 @@ interface AdmitRow {
 interface BatchStatement {
   readonly query: QueryConfig
   readonly slots: readonly number[]
+}
+
+/** A statement on its way: the checks it carries, and its answer to come. */
+interface SentBatch {
+  readonly live: readonly PendingCheck[]
+  readonly statement: BatchStatement
+  readonly sentAt: number
+  readonly query: Promise<QueryResult<AdmitRow>>
 }
 
 /**
@@ -368,22 +376,8 @@ export class PostgresBudgetStore implements BudgetStore {
   /** Starts statements for the checks waiting, up to maxStatements in flight; each takes every check queued so far. */
   private pump(): void {
     while (this.queue.length > 0 && this.inFlight < this.statementsAllowed()) {
-      // Beside a stalled statement, checks that need one of its rows would only wait on the same lock
-      // and take the checks batched with them down too: they stay queued for a later statement.
-      const held = this.inFlight === 0 ? null : this.keysInFlight()
-      const waiting = this.queue
-      const batch: PendingCheck[] = []
-      const left: PendingCheck[] = []
-      let i = 0
-      for (; i < waiting.length && batch.length < MAX_BATCH_CHECKS; i++) {
-        const c = waiting[i]
-        if (c.state !== QUEUED) continue
-        if (held !== null && c.charges.some((charge) => held.has(charge.key))) left.push(c)
-        else batch.push(c)
-      }
-      this.queue = i < waiting.length ? left.concat(waiting.slice(i)) : left
-      if (this.queue.length === 0) this.abandonedQueued = 0
-      if (batch.length === 0) break
+      const batch = this.takeBatch()
+      if (batch === null) break
       this.inFlight++
       this.track(this.runBatch(batch))
     }
@@ -425,56 +419,98 @@ export class PostgresBudgetStore implements BudgetStore {
     return oldest
   }
 
-  /** One statement for `batch`: connect, send, deliver each verdict. Never rejects. */
-  private async runBatch(batch: PendingCheck[]): Promise<void> {
-    const startedAt = performance.now()
-    this.startedAt.push(startedAt)
-    this.sent.add(batch)
+  /**
+   * The next batch from the queue, up to MAX_BATCH_CHECKS checks, or null when none can go. Beside a
+   * statement in flight (a stalled one), checks that need one of its rows would only wait on the same
+   * lock and take the checks batched with them down too: they stay queued for a later statement.
+   */
+  private takeBatch(): PendingCheck[] | null {
+    const held = this.sent.size === 0 ? null : this.keysInFlight()
+    const waiting = this.queue
+    const batch: PendingCheck[] = []
+    const left: PendingCheck[] = []
+    let i = 0
+    for (; i < waiting.length && batch.length < MAX_BATCH_CHECKS; i++) {
+      const c = waiting[i]
+      if (c.state !== QUEUED) continue
+      if (held !== null && c.charges.some((charge) => held.has(charge.key))) left.push(c)
+      else batch.push(c)
+    }
+    this.queue = i < waiting.length ? left.concat(waiting.slice(i)) : left
+    if (this.queue.length === 0) this.abandonedQueued = 0
+    return batch.length === 0 ? null : batch
+  }
+
+  /**
+   * One connection's run: a statement for `first`, then, while checks keep arriving, one for each batch
+   * that waited, on the same connection. Each next statement is sent before the verdicts of the one
+   * before are delivered: the calls they release would otherwise run first and hold it back. Never rejects.
+   */
+  private async runBatch(first: PendingCheck[]): Promise<void> {
+    const slot = { startedAt: performance.now(), batch: first }
+    this.startedAt.push(slot.startedAt)
+    this.sent.add(slot.batch)
+    let client: PoolClient | null = null
     try {
       let latest = 0
-      for (const c of batch) latest = Math.max(latest, c.deadline)
-      let client: PoolClient
+      for (const c of first) latest = Math.max(latest, c.deadline)
       try {
         client = await this.connect(latest)
       } catch (err) {
-        for (const c of batch) c.fail(err as Error)
+        for (const c of first) c.fail(err as Error)
         return
       }
-      // Checks whose callers gave up while we waited for the connection are left out.
-      const live = batch.filter((c) => c.state === QUEUED)
-      if (live.length === 0) {
-        client.release()
-        return
+      let pending = this.send(client, first)
+      while (pending !== null) {
+        let row: AdmitRow
+        try {
+          row = (await pending.query).rows[0]
+        } catch (err) {
+          // An error the server sent (a lock timeout, every deadline passed) leaves the connection ready
+          // for the next statement; anything else (a client-side timeout, a broken socket) leaves it in
+          // an unknown state, possibly still busy with ours: drop it rather than hand it on.
+          client.release(isServerError(err as Error) ? undefined : (err as Error))
+          client = null
+          for (const c of pending.live) c.fail(err as Error)
+          return
+        }
+        this.sampleOffset(pending.sentAt, localEpochMs(), row.db_epoch_ms)
+        this.sent.delete(slot.batch)
+        const next = this.queue.length === 0 ? null : this.takeBatch()
+        let following: SentBatch | null = null
+        if (next !== null) {
+          this.startedAt[this.startedAt.indexOf(slot.startedAt)] = slot.startedAt = performance.now()
+          this.sent.add((slot.batch = next))
+          following = this.send(client, next)
+        }
+        this.deliver(pending.live, row, pending.statement.slots)
+        pending = following
       }
-      const statement = this.statement(live)
-      if (statement === null) {
-        client.release()
-        for (const c of live) c.fail(new Error('no budget verdict: the whole bound went on waiting for a database connection'))
-        return
-      }
-      for (const c of live) c.state = SENT
-      this.statements++
-      const sentAt = localEpochMs()
-      let row: AdmitRow
-      try {
-        row = (await client.query<AdmitRow>(statement.query)).rows[0]
-      } catch (err) {
-        // An error the server sent (a lock timeout, every deadline passed) leaves the connection ready
-        // for the next statement; anything else (a client-side timeout, a broken socket) leaves it in an
-        // unknown state, possibly still busy with ours: drop it rather than hand it on.
-        client.release(isServerError(err as Error) ? undefined : (err as Error))
-        for (const c of live) c.fail(err as Error)
-        return
-      }
-      client.release()
-      this.sampleOffset(sentAt, localEpochMs(), row.db_epoch_ms)
-      this.deliver(live, row, statement.slots)
     } finally {
-      this.startedAt.splice(this.startedAt.indexOf(startedAt), 1)
-      this.sent.delete(batch)
+      client?.release()
+      this.startedAt.splice(this.startedAt.indexOf(slot.startedAt), 1)
+      this.sent.delete(slot.batch)
       this.inFlight--
       this.pump()
     }
+  }
+
+  /**
+   * Sends the statement for the checks of `batch` still waiting (their callers may have given up while
+   * it waited for a connection), or returns null when none is, or when every one's bound has gone.
+   */
+  private send(client: PoolClient, batch: readonly PendingCheck[]): SentBatch | null {
+    const live = batch.filter((c) => c.state === QUEUED)
+    if (live.length === 0) return null
+    const statement = this.statement(live)
+    if (statement === null) {
+      for (const c of live) c.fail(new Error('no budget verdict: the whole bound went on waiting for a database connection'))
+      return null
+    }
+    for (const c of live) c.state = SENT
+    this.statements++
+    const sentAt = localEpochMs()
+    return { live, statement, sentAt, query: client.query<AdmitRow>(statement.query) }
   }
 
   /** Each check's verdict from the statement's row; an admitted one its caller gave up on is refunded. */
