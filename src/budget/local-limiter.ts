@@ -23,6 +23,8 @@ interface Seed {
 /** Units this replica admitted on its own in one local window, not yet added to the shared count. */
 interface Pending {
   readonly sharedKey: string
+  /** Tool and tenant entries are never pruned: bounded by the config, and shared by every caller. */
+  readonly kind: BucketCharge['kind']
   readonly windowSeconds: number
   /** The local window (the counter's window id) these units went to: a refund matches it. */
   readonly window: WindowId
@@ -129,7 +131,10 @@ export class LocalLimiter {
         key: seeded ? `${c.key}\0${String(seed.window)}` : c.key,
         kind: c.kind,
         name: c.name,
-        limit: Math.floor((seeded ? Math.max(0, c.limit - seed.used) : c.limit) / n),
+        // The loop breaker is not shared out: it catches one identity repeating one call, and divided
+        // below 1 it would refuse every call, even a first one. A loop spread over N replicas is still
+        // stopped, at N × its limit.
+        limit: Math.floor((seeded ? Math.max(0, c.limit - seed.used) : c.limit) / (c.kind === 'repeat' ? 1 : n)),
         windowSeconds: c.windowSeconds,
         cost: c.cost,
         charged: c.charged,
@@ -196,6 +201,12 @@ export class LocalLimiter {
     return absorb([...bySharedKey.values()]).then(
       () => {
         this.handingOver = false
+        // The shared counts now hold these units; the remembered ones, read before, did not. Without
+        // this a store failing again before the bucket's next shared check would hand the share out twice.
+        for (const handed of bySharedKey.values()) {
+          const seed = this.seeds.get(handed.key)
+          if (seed !== undefined && seed.endsAt > now) seed.used += handed.count
+        }
         // A check degraded while the hand-over ran: the store failed again, keep enforcing on these counts.
         if (this.degradedChecks === mark) this.reset()
         return units
@@ -233,20 +244,27 @@ export class LocalLimiter {
       return
     }
     if (p === undefined && this.pending.size >= this.maxKeys) this.prunePending(now)
-    this.pending.set(c.key, { sharedKey, windowSeconds: c.windowSeconds, window, openUntil, count: c.cost })
+    this.pending.set(c.key, { sharedKey, kind: c.kind, windowSeconds: c.windowSeconds, window, openUntil, count: c.cost })
   }
 
   /**
-   * Full: forgets the counts of ended windows, then the oldest live ones down to nine tenths of the cap
-   * (their units are never handed over: the shared count ends up lower by them). So a scan costs one
+   * Full: forgets the counts of ended windows, then the oldest live ones down to nine tenths of the cap,
+   * identity and repeat entries before tool and tenant ones (their units are never handed over: the
+   * shared count ends up lower by them). So a scan costs one
    * pass per tenth of the cap inserted, never one per insert.
    */
   private prunePending(now: number): void {
     for (const [key, p] of this.pending) if (p.openUntil <= now) this.pending.delete(key)
     let drop = this.pending.size - Math.floor(this.maxKeys * 0.9)
-    for (const key of this.pending.keys()) {
-      if (drop-- <= 0) break
-      this.pending.delete(key)
+    // A caller minting new keys (identities, repeat arguments) must not push a shared bucket out: tool
+    // and tenant entries go last, only if nothing else is left to drop (the cap holds whatever happens).
+    for (const shared of [false, true]) {
+      for (const [key, p] of this.pending) {
+        if (drop <= 0) return
+        if ((p.kind === 'tool' || p.kind === 'tenant') !== shared) continue
+        this.pending.delete(key)
+        drop--
+      }
     }
   }
 }

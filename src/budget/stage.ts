@@ -158,7 +158,8 @@ export function budgetStage(
     } catch (err) {
       return failed(ex, err, charges)
     }
-    if (local) sharedVerdict(charges, result)
+    // Also after a reload from local to open or closed mid-outage: the units admitted locally still go back.
+    if (local || limiter.holdsCounts) sharedVerdict(charges, result)
     return decided(ex, charges, result, plan)
   }
 

@@ -52,6 +52,8 @@ export class ReplicaHeartbeat {
   private timer: NodeJS.Timeout | null = null
   private beating: Promise<void> | null = null
   private closed = false
+  /** Beats left during which the count may not fall: set by a failed beat (the database was away). */
+  private recovering = 0
   /** A beat has reached the database: there is a row to remove at close. */
   private registered = false
 
@@ -86,10 +88,19 @@ export class ReplicaHeartbeat {
       .query<{ live: number }>(query as QueryConfig)
       .then(
         (r) => {
-          this.live = Math.max(1, r.rows[0].live)
+          const counted = Math.max(1, r.rows[0].live)
+          // Right after an outage every replica's last beat is old, not only the ones that are gone: the
+          // count may only fall once the others have had MISSED_BEATS intervals to beat again.
+          if (this.recovering > 0) {
+            this.recovering--
+            this.live = Math.max(this.live, counted)
+          } else {
+            this.live = counted
+          }
           this.registered = true
         },
         (err: unknown) => {
+          this.recovering = MISSED_BEATS
           this.warn?.warn('replica-heartbeat', 'replica heartbeat failed: keeping the last replica count', {
             cause: describeError(err),
             live_replicas: this.live,
