@@ -16,7 +16,7 @@ import { identityKey, windowKey } from '../../src/budget/keys'
 import { LocalLimiter } from '../../src/budget/local-limiter'
 import { MemoryBudgetStore } from '../../src/budget/memory-store'
 import { PostgresBudgetStore } from '../../src/budget/postgres-store'
-import type { AdmitResult, BucketCharge, BudgetStore, LocalCount } from '../../src/budget/store'
+import type { BucketCharge, LocalCount } from '../../src/budget/store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { closedPort } from '../e2e/raw-upstream'
@@ -25,55 +25,7 @@ import { type TestDatabase, closeTestDatabase, openTestDatabase, testPool } from
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 import { type BudgetHarness, startBudgetHarness } from './budget-harness'
-
-const DOWN = 'connect ECONNREFUSED 127.0.0.1:5432'
-
-/** The shared store: counts in a MemoryBudgetStore on the harness clock, fails while told to, reports its replicas. */
-class FlakyStore implements BudgetStore {
-  failing = false
-  /** absorb rejects while set, even when checks succeed (a hand-over that fails on its own). */
-  absorbFails = false
-  replicas = 1
-  readonly absorbed: LocalCount[][] = []
-  readonly shared: MemoryBudgetStore
-
-  constructor(now: () => number) {
-    this.shared = new MemoryBudgetStore({ now })
-  }
-
-  admit(charges: readonly BucketCharge[]): Promise<AdmitResult> {
-    return this.failing ? Promise.reject(new Error(DOWN)) : this.shared.admit(charges)
-  }
-
-  refund(charges: readonly BucketCharge[], result: AdmitResult): Promise<void> {
-    return this.failing ? Promise.reject(new Error(DOWN)) : this.shared.refund(charges, result)
-  }
-
-  /** Adds the units to the shared windows whatever the limit, as the Postgres store does. */
-  absorb(counts: readonly LocalCount[]): Promise<void> {
-    if (this.failing || this.absorbFails) return Promise.reject(new Error(DOWN))
-    this.absorbed.push([...counts])
-    for (const c of counts) {
-      const charge: BucketCharge = {
-        key: c.key,
-        kind: 'identity',
-        name: '',
-        limit: Number.MAX_SAFE_INTEGER,
-        windowSeconds: c.windowSeconds,
-        cost: c.count,
-        charged: true,
-      }
-      this.shared.admitNow([charge])
-    }
-    return Promise.resolve()
-  }
-
-  liveReplicas(): number {
-    return this.replicas
-  }
-
-  async close(): Promise<void> {}
-}
+import { DOWN, FlakyStore } from './flaky-store'
 
 let h: BudgetHarness | null = null
 let store: FlakyStore

@@ -5,9 +5,8 @@
  */
 import type { Pool } from 'pg'
 import { identityKey, windowKey } from '../../src/budget/keys'
-import { MemoryBudgetStore } from '../../src/budget/memory-store'
 import { PostgresBudgetStore } from '../../src/budget/postgres-store'
-import type { AdmitResult, BucketCharge, BudgetStore, LocalCount } from '../../src/budget/store'
+import type { BudgetStore } from '../../src/budget/store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { closedPort } from '../e2e/raw-upstream'
@@ -16,59 +15,7 @@ import { type TestDatabase, closeTestDatabase, openTestDatabase, testPool } from
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 import { type BudgetHarness, startBudgetHarness } from './budget-harness'
-
-const DOWN = 'connect ECONNREFUSED 127.0.0.1:5432'
-
-/** The shared store: counts in a MemoryBudgetStore, fails (or hangs) while told to, reports its replicas. */
-class FlakyStore implements BudgetStore {
-  failing = false
-  hanging = false
-  replicas = 1
-  refunds = 0
-  readonly absorbed: LocalCount[][] = []
-  readonly shared: MemoryBudgetStore
-
-  constructor(now: () => number) {
-    this.shared = new MemoryBudgetStore({ now })
-  }
-
-  admit(charges: readonly BucketCharge[]): Promise<AdmitResult> {
-    if (this.hanging) return new Promise(() => undefined)
-    if (this.failing) return Promise.reject(new Error(DOWN))
-    return this.shared.admit(charges)
-  }
-
-  refund(charges: readonly BucketCharge[], result: AdmitResult): Promise<void> {
-    this.refunds++
-    return this.failing ? Promise.reject(new Error(DOWN)) : this.shared.refund(charges, result)
-  }
-
-  /** Adds the units to the shared windows whatever the limit, as the Postgres store does. */
-  absorb(counts: readonly LocalCount[]): Promise<void> {
-    if (this.failing) return Promise.reject(new Error(DOWN))
-    this.absorbed.push([...counts])
-    for (const c of counts) {
-      this.shared.admitNow([
-        {
-          key: c.key,
-          kind: 'identity',
-          name: '',
-          limit: Number.MAX_SAFE_INTEGER,
-          windowSeconds: c.windowSeconds,
-          cost: c.count,
-          charged: true,
-        },
-      ])
-    }
-    return Promise.resolve()
-  }
-
-  liveReplicas(): number {
-    return this.replicas
-  }
-
-  async close(): Promise<void> {}
-}
+import { DOWN, FlakyStore } from './flaky-store'
 
 let h: BudgetHarness
 let store: FlakyStore
