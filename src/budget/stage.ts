@@ -31,14 +31,6 @@ export interface BudgetStageOptions {
   readonly localLimiter?: LocalLimiter
 }
 
-/** The budget stage, plus what /readyz reports about it. */
-export interface BudgetStage extends Stage {
-  /** Calls admitted because the store failed (on_store_error: open) in the last 60 seconds. */
-  failOpensLastMinute(): number
-  /** Calls judged by the local limiter because the store failed (on_store_error: local) in the last 60 seconds. */
-  degradedLastMinute(): number
-}
-
 /** A charge with the window it counts against, so headers and reasons need no second lookup. */
 interface Charge extends BucketCharge {
   readonly spec: WindowSpec
@@ -74,7 +66,7 @@ export function budgetStage(
   metrics: Metrics,
   log: Logger,
   options: BudgetStageOptions = {},
-): BudgetStage {
+): Stage {
   const plan = budgetPlan(config)
   const identityKeys = new IdentityKeyCache(plan.identity.map((w) => w.windowSeconds))
   const timeoutMs = config.checkTimeoutSeconds * 1000
@@ -166,8 +158,6 @@ export function budgetStage(
   return {
     name: 'budget',
     answers: { methods: ['tools/call'], reads: 'outcome' },
-    failOpensLastMinute: () => failOpens.count(),
-    degradedLastMinute: () => degradedChecks.count(),
     run(ex: Exchange): Verdict | Promise<Verdict> {
       const charges = chargesFor(ex, plan, identityKeys)
       if (charges === null) return CONTINUE
