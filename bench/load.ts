@@ -17,6 +17,11 @@ export interface LoadOptions {
   readonly url: string
   readonly method?: Dispatcher.HttpMethod
   readonly headers?: Readonly<Record<string, string>>
+  /**
+   * The headers of the n-th request (from 0, warm-up included), in place of `headers`: a load spread
+   * over many callers. In process only: runLoadInWorker cannot send a function to its worker.
+   */
+  readonly headersFor?: (n: number) => Record<string, string>
   /** Sent unchanged with every request. */
   readonly body?: string | Buffer
   /** Requests in flight at every moment (one connection each). */
@@ -61,9 +66,11 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   let measuring = false
   let stopAt = 0
 
+  const headersFor = options.headersFor
+  let sent = 0
   const one = async (): Promise<void> => {
     const started = performance.now()
-    const key = await send(pool, request)
+    const key = await send(pool, headersFor === undefined ? request : { ...request, headers: headersFor(sent++) })
     if (!measuring) return
     requests++
     statuses[key] = (statuses[key] ?? 0) + 1

@@ -26,7 +26,7 @@ import { silentLogger } from '../src/log'
 import { migrate } from '../src/postgres/migrate'
 import { HUGE, TWO_WINDOWS, echoCharges } from './budget'
 import { type BenchServer, TOOL_CALL_BODY, benchHeaders, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
-import { type BenchContext, type BenchRow, type BenchSection, type LoadResult, interleave, median, percentile, summarize } from './load'
+import { type BenchContext, type BenchRow, type BenchSection, type LoadResult, interleave, median, runLoad, summarize } from './load'
 import { type DrillReplicas, metricValue, prepareDrill, runDrills } from './postgres-drill'
 import { ThrowawayPostgres } from './throwaway-postgres'
 
@@ -73,55 +73,18 @@ const SPREAD_BODY = TOOL_CALL_BODY.replace('"echo"', '"spread"')
 
 /**
  * One round of tools/call through `base` with ctx.concurrency in flight, every request from the next of
- * 10 000 identities of tenant "spread" (runLoad sends one fixed set of headers), after a 300 ms warm-up.
+ * 10 000 identities of tenant "spread", after a 300 ms warm-up.
  */
-async function spreadRound(base: string, ctx: BenchContext): Promise<LoadResult> {
-  const pool = new HttpPool(base, { connections: ctx.concurrency, pipelining: 1 })
-  const statuses: Record<string, number> = {}
-  const samples: number[] = []
-  let n = 0
-  let measuring = false
-  let stopAt = performance.now() + 300
-  const worker = async (): Promise<void> => {
-    while (performance.now() < stopAt) {
-      const t = performance.now()
-      let key = 'error'
-      try {
-        const res = await pool.request({
-          path: '/mcp',
-          method: 'POST',
-          headers: benchHeaders(`s${n++ % 10_000}`, 'spread'),
-          body: SPREAD_BODY,
-        })
-        await res.body.dump()
-        key = String(res.statusCode)
-      } catch {
-        // counted as 'error'
-      }
-      if (!measuring) continue
-      statuses[key] = (statuses[key] ?? 0) + 1
-      samples.push(performance.now() - t)
-    }
-  }
-  try {
-    await Promise.all(Array.from({ length: ctx.concurrency }, worker))
-    measuring = true
-    const start = performance.now()
-    stopAt = start + ctx.roundMs
-    await Promise.all(Array.from({ length: ctx.concurrency }, worker))
-    const seconds = (performance.now() - start) / 1000
-    const sorted = Float64Array.from(samples).sort()
-    return {
-      requests: samples.length,
-      seconds,
-      reqPerSec: samples.length / seconds,
-      p50Ms: percentile(sorted, 0.5),
-      p99Ms: percentile(sorted, 0.99),
-      statuses,
-    }
-  } finally {
-    await pool.destroy()
-  }
+function spreadRound(base: string, ctx: BenchContext): Promise<LoadResult> {
+  return runLoad({
+    url: `${base}/mcp`,
+    method: 'POST',
+    headersFor: (n) => benchHeaders(`s${n % 10_000}`, 'spread'),
+    body: SPREAD_BODY,
+    concurrency: ctx.concurrency,
+    durationMs: ctx.roundMs,
+    warmupMs: 300,
+  })
 }
 
 /**
