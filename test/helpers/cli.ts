@@ -16,6 +16,7 @@ import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:chil
 import { copyFileSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { transformFileSync } from '@swc/core'
+import yaml from 'js-yaml'
 import { tempDir } from './harness'
 
 export const ROOT = join(__dirname, '..', '..')
@@ -139,4 +140,18 @@ function listeningAddress(stderr: string): string | null {
     if (record?.message === 'wardline listening' && typeof record.listen === 'string') return record.listen
   }
   return null
+}
+
+/**
+ * One config file per replica name in `dir` (`<name>.yaml`): `tree` plus what must differ between
+ * replicas: a port of their own and their own JSONL audit and spill file (`<name>.jsonl`,
+ * `<name>-spill.jsonl`). Returns the files, in the order of `names`, for startServe.
+ */
+export function writeReplicaConfigs(dir: string, names: readonly string[], tree: Record<string, unknown>): string[] {
+  return names.map((name) => {
+    const file = join(dir, `${name}.yaml`)
+    const audit = { output: join(dir, `${name}.jsonl`), spill_file: join(dir, `${name}-spill.jsonl`) }
+    writeFileSync(file, yaml.dump({ listen: '127.0.0.1:0', ...tree, audit }))
+    return file
+  })
 }

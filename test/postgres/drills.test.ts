@@ -1,9 +1,7 @@
-import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import yaml from 'js-yaml'
 import type { AuditEntry } from '../../src/audit/entry'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
-import { type Served as Replica, killServed, startServe } from '../helpers/cli'
+import { type Served as Replica, killServed, startServe, writeReplicaConfigs } from '../helpers/cli'
 import { MCP_HEADERS, as, metricSample, readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { ThrowawayPostgres, withClient, withDatabase } from '../helpers/postgres'
 import { waitFor } from '../helpers/wait'
@@ -65,28 +63,19 @@ async function drill(onStoreError: 'local' | 'open'): Promise<Drill> {
   await withClient(server.url, (c) => c.query(`CREATE DATABASE ${database}`))
   const dsn = withDatabase(server.url, database)
   const dir = tempDir()
-  const files = ['a', 'b'].map((name) => {
-    const file = join(dir, `${name}.yaml`)
-    writeFileSync(
-      file,
-      yaml.dump({
-        listen: '127.0.0.1:0',
-        upstream: upstream.url,
-        log_level: 'info',
-        auth: { mode: 'header' },
-        features: { budget_enforcement: true, postgres_storage: true },
-        postgres: { dsn, max_connections: 4 },
-        budget: {
-          requests_per_window: IDENTITY_LIMIT,
-          window_seconds: 300,
-          check_timeout_seconds: 1,
-          on_store_error: onStoreError,
-          tools: { echo: { requests_per_window: TOOL_LIMIT, window_seconds: 300 } },
-        },
-        audit: { output: join(dir, `${name}.jsonl`), spill_file: join(dir, `${name}-spill.jsonl`) },
-      }),
-    )
-    return file
+  const files = writeReplicaConfigs(dir, ['a', 'b'], {
+    upstream: upstream.url,
+    log_level: 'info',
+    auth: { mode: 'header' },
+    features: { budget_enforcement: true, postgres_storage: true },
+    postgres: { dsn, max_connections: 4 },
+    budget: {
+      requests_per_window: IDENTITY_LIMIT,
+      window_seconds: 300,
+      check_timeout_seconds: 1,
+      on_store_error: onStoreError,
+      tools: { echo: { requests_per_window: TOOL_LIMIT, window_seconds: 300 } },
+    },
   })
   // One after the other: the second finds the migrations done (starting together is replicas.test.ts's case).
   const replicas: Replica[] = []

@@ -1,10 +1,7 @@
-import { writeFileSync } from 'node:fs'
-import { join } from 'node:path'
-import yaml from 'js-yaml'
 import type { Pool } from 'pg'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { MIGRATIONS } from '../../src/postgres/migrations'
-import { type Served as Replica, startServe } from '../helpers/cli'
+import { type Served as Replica, startServe, writeReplicaConfigs } from '../helpers/cli'
 import { MCP_HEADERS, as, tempDir, toolCall } from '../helpers/harness'
 import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 
@@ -43,24 +40,14 @@ afterAll(async () => {
 
 test('two gateway processes on one database admit exactly the shared limit in total, counted from audit_entries', async () => {
   const dir = tempDir()
-  const files: string[] = []
-  for (const name of ['a', 'b']) {
-    const file = join(dir, `${name}.yaml`)
-    writeFileSync(
-      file,
-      yaml.dump({
-        listen: '127.0.0.1:0',
-        upstream: upstream.url,
-        log_level: 'info',
-        auth: { mode: 'header' },
-        features: { budget_enforcement: true, postgres_storage: true },
-        postgres: { dsn: db.url, max_connections: 5 },
-        budget: { requests_per_window: 1000, window_seconds: 300, tools: { echo: { requests_per_window: 30, window_seconds: 300 } } },
-        audit: { output: join(dir, `${name}.jsonl`), spill_file: join(dir, `${name}-spill.jsonl`) },
-      }),
-    )
-    files.push(file)
-  }
+  const files = writeReplicaConfigs(dir, ['a', 'b'], {
+    upstream: upstream.url,
+    log_level: 'info',
+    auth: { mode: 'header' },
+    features: { budget_enforcement: true, postgres_storage: true },
+    postgres: { dsn: db.url, max_connections: 5 },
+    budget: { requests_per_window: 1000, window_seconds: 300, tools: { echo: { requests_per_window: 30, window_seconds: 300 } } },
+  })
   // Started at the same moment: both run the migrations; the advisory lock lets one do it.
   const started = await startAll(files)
   let exitCodes: Array<number | null>
