@@ -19,6 +19,8 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 COPY --from=build /app/dist ./dist
+# Apache-2.0: whoever receives the image receives the license with it.
+COPY LICENSE ./
 # The audit spill file lives here (mount a volume so it survives the container).
 RUN mkdir -p /var/lib/wardline && chown node:node /var/lib/wardline
 USER node

@@ -5,6 +5,7 @@ import { promisify } from 'node:util'
 import yaml from 'js-yaml'
 import { startExampleServer } from '../../examples/mcp-server'
 import { loadConfig } from '../../src/config/load'
+import { mintToken } from '../../src/cli/token'
 
 /** No Docker engine runs here, so the compose files are checked against the config they mount. */
 const root = join(__dirname, '..', '..')
@@ -120,15 +121,82 @@ test.each(gateways)('%s mounts the example config, which validates and agrees wi
   expect(upstream.hostname).toBe('mcp-server')
   expect(mcp.command).toEqual(expect.arrayContaining(['--port', upstream.port, '--host', '0.0.0.0']))
   expect(mcp.entrypoint).toEqual(['node', 'dist/examples/mcp-server.js'])
-  // The published port maps onto the port Wardline listens on, on every interface.
+  // Wardline listens on every interface of its container, and the published port maps onto that port
+  // (on the host's loopback only by default: the next tests).
   expect(config.listen.host).toBe('0.0.0.0')
-  expect((svc.ports ?? []).map((p) => p.split(':')[1])).toEqual([String(config.listen.port)])
+  expect((svc.ports ?? []).map((p) => publishedPort(p, {}).target)).toEqual([String(config.listen.port)])
   // The image's healthcheck, kept as it is, probes that same port.
   expect(svc.healthcheck).toBeUndefined()
   expect(new URL(/^ENV WARDLINE_HEALTH_URL=(\S+)$/m.exec(dockerfile)?.[1] ?? '').port).toBe(String(config.listen.port))
   // The spill file sits on a volume of its own.
   const spillDir = config.audit.spillFile.slice(0, config.audit.spillFile.lastIndexOf('/'))
   expect(svc.volumes).toEqual(expect.arrayContaining([expect.stringMatching(new RegExp(`^spill-\\d:${spillDir}$`))]))
+})
+
+/** A short-syntax `ports:` entry as Compose reads it once interpolated: host IP, host port, container port. */
+function publishedPort(entry: string, env: Record<string, string>): { host: string | null; published: string; target: string } {
+  const parts = interpolate(entry, env).split(':')
+  if (parts.length === 3) return { host: parts[0], published: parts[1], target: parts[2] }
+  if (parts.length === 2) return { host: null, published: parts[0], target: parts[1] }
+  return { host: null, published: '', target: parts[0] }
+}
+
+const everyService = (): Array<[string, Service]> => [...Object.entries(base.services), ...Object.entries(replicas.services)]
+
+test('every published port is on the host loopback by default: /metrics and /readyz answer there without a token', () => {
+  const published = everyService().flatMap(([name, svc]) => (svc.ports ?? []).map((p) => [name, publishedPort(p, {})] as const))
+  expect(published.map(([name]) => name).sort()).toEqual(['wardline', 'wardline-2'])
+  for (const [, port] of published) expect(port.host).toBe('127.0.0.1')
+})
+
+test('WARDLINE_PUBLISH_ADDRESS moves every gateway port to the address given, and nothing else', () => {
+  for (const [, svc] of gateways) {
+    for (const entry of svc.ports ?? []) {
+      expect(publishedPort(entry, { WARDLINE_PUBLISH_ADDRESS: '0.0.0.0' }).host).toBe('0.0.0.0')
+      expect(publishedPort(entry, { WARDLINE_PUBLISH_ADDRESS: '10.1.2.3' })).toEqual({ ...publishedPort(entry, {}), host: '10.1.2.3' })
+    }
+  }
+  // Postgres and the example MCP server stay unpublished whatever the variable says.
+  expect(base.services.postgres.ports).toBeUndefined()
+  expect(base.services['mcp-server'].ports).toBeUndefined()
+})
+
+test('the compose files need Compose v2, and the docs say so and never give a docker-compose v1 command', () => {
+  const raw = yaml.load(readFileSync(join(root, 'docker-compose.yml'), 'utf8')) as Record<string, unknown>
+  // Compose Specification: a top-level name and no version key, both of which docker-compose 1.x rejects.
+  expect(raw.name).toBe('wardline')
+  expect(raw).not.toHaveProperty('version')
+  expect(yaml.load(readFileSync(join(root, 'docker-compose.replicas.yml'), 'utf8'))).not.toHaveProperty('version')
+  for (const doc of ['README.md', 'docs/postgres.md']) {
+    const text = readFileSync(join(root, doc), 'utf8')
+    expect(text).toMatch(/Compose v2/)
+    expect(text).not.toMatch(/\bdocker-compose (up|down|run|exec|build|logs|ps)\b/)
+  }
+})
+
+test('the documented way to mint a token for the compose stack runs the image’s CLI with the mounted config', async () => {
+  const doc = readFileSync(join(root, 'docs', 'postgres.md'), 'utf8')
+  const line = doc.split('\n').find((l) => l.startsWith('docker compose exec wardline '))
+  expect(line).toBeDefined()
+  const words = (line ?? '').split(/\s+/)
+  // `exec` runs in the image's WORKDIR without its ENTRYPOINT, so the command repeats the entrypoint.
+  const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(stage('runtime'))?.[1] ?? '[]') as string[]
+  expect(stage('runtime')).toMatch(/^WORKDIR \/app$/m)
+  expect(words.slice(0, 4)).toEqual(['docker', 'compose', 'exec', 'wardline'])
+  expect(words.slice(4, 4 + entrypoint.length)).toEqual(entrypoint)
+  expect(words[4 + entrypoint.length]).toBe('token')
+  const option = (name: string) => words[words.indexOf(name) + 1]
+  expect(option('--config')).toBe('/etc/wardline/wardline.yaml')
+  // The mounted config requires a tenant, so the documented command must pass one.
+  const env = Object.fromEntries(
+    Object.entries(base.services.wardline.environment ?? {}).map(([k, v]) => [k, interpolate(v, { WARDLINE_JWT_SECRET: 's'.repeat(40) })]),
+  )
+  const config = loadConfig(join(root, 'examples', 'wardline.postgres.yaml'), env)
+  expect(config.auth.mode === 'jwt' && config.auth.jwt.requireTenant).toBe(true)
+  expect(words).toContain('--tenant')
+  const jwt = await mintToken(config, { sub: option('--sub'), tenant: option('--tenant'), ttlSeconds: 60 })
+  expect(jwt.split('.')).toHaveLength(3)
+  await expect(mintToken(config, { sub: option('--sub'), ttlSeconds: 60 })).rejects.toThrow(/--tenant is required/)
 })
 
 test('two replicas share one database but publish different ports and keep separate spill volumes', () => {
@@ -156,6 +224,12 @@ test('the Dockerfile builds dist/ in a build stage and runs production dependenc
   expect(runtime).toMatch(/COPY --from=build \/app\/dist/)
   expect(runtime).toMatch(/^USER node$/m)
   expect(runtime).toMatch(/ENTRYPOINT \["node", "dist\/src\/main.js"\]/)
+  // The image carries the license package.json names (Apache-2.0 asks that recipients get a copy).
+  expect(runtime).toMatch(/^COPY LICENSE \.\/$/m)
+  expect((JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { license: string }).license).toBe('Apache-2.0')
+  expect(readFileSync(join(root, 'LICENSE'), 'utf8')).toMatch(
+    /^\s*Apache License\s+Version 2\.0, January 2004\s+http:\/\/www\.apache\.org\/licenses\/\s/,
+  )
 })
 
 test('a build without a target gives the gateway image, and the example MCP server service builds the example target', () => {
