@@ -51,6 +51,11 @@ function main(): string {
   return builtMain
 }
 
+/** The built main.js, for a test that spawns the CLI itself (its own stdio: a pipe closed early, say). */
+export function cliMain(): string {
+  return main()
+}
+
 const ENV = { ...process.env, NO_COLOR: '1' }
 
 /** Runs `wardline <args>` to its end. */

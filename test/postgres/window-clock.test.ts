@@ -45,7 +45,8 @@ test("a database at version 1 upgrades to 2: the clock-taking function joins ver
   expect(signatures.filter((s) => /p_now timestamp with time zone$/.test(s))).toHaveLength(1)
   // Version 3's function (003-charged-buckets.ts) keeps both beside it; this release's store calls
   // version 4's batch function (004-coalesced-admission.ts), on the same rows.
-  expect(await migrate(pool, silentLogger())).toEqual({ applied: [3, 4], version: 4 })
+  const later = MIGRATIONS.slice(2).map((m) => m.version)
+  expect(await migrate(pool, silentLogger())).toEqual({ applied: later, version: later[later.length - 1] })
   expect(await admitSignatures()).toHaveLength(3)
 
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })

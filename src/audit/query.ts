@@ -1,0 +1,196 @@
+import { DECISIONS, type Decision } from '../pipeline/exchange'
+import { Glob } from '../policy/glob'
+import type { AuditEntry } from './entry'
+
+/**
+ * What `wardline audit` selects, already validated. Globs are policy-rule globs (`*` is the only
+ * wildcard); null means "no condition". The time range is [sinceMs, untilMs) on the entry's
+ * `timestamp` (when the request arrived).
+ */
+export interface AuditFilter {
+  readonly identity: Glob | null
+  readonly tenant: Glob | null
+  readonly tool: Glob | null
+  /** null: every decision. */
+  readonly decisions: readonly Decision[] | null
+  readonly sinceMs: number | null
+  readonly untilMs: number | null
+}
+
+/** The columns a summary can group by. */
+export const GROUP_COLUMNS = ['identity', 'tenant', 'tool'] as const
+export type GroupColumn = (typeof GROUP_COLUMNS)[number]
+
+/** Rows printed at most when --limit is not given; 0 means every matching row, streamed. */
+export const DEFAULT_LIMIT = 100
+/**
+ * Largest --limit other than 0. The newest N rows are kept until the scan ends (JSONL: a ring buffer;
+ * Postgres: the server's top-N sort), so N bounds memory; --limit 0 streams everything instead.
+ */
+export const MAX_LIMIT = 100_000
+
+/** A problem with what the operator typed: printed as is, exit status 1. */
+export class AuditQueryError extends Error {
+  override readonly name = 'AuditQueryError'
+}
+
+const UNITS: Readonly<Record<string, number>> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+const MAX_RELATIVE_MS = 36_500 * 86_400_000
+/** A calendar date, or a date and time with seconds optional, fractions optional, and an offset required. */
+const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i
+const ISO_WITHOUT_OFFSET = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?$/i
+
+/**
+ * `--since` / `--until`: a duration back from now (`90s`, `30m`, `1h`, `7d`) or an ISO 8601 time. A
+ * date alone is midnight UTC; a date and time needs `Z` or an offset: the audit trail is in UTC, and a
+ * time read in whatever zone this shell has would select another hour than the operator thinks.
+ */
+export function parseTime(flag: string, text: string, nowMs: number): number {
+  const value = text.trim()
+  const relative = /^(\d{1,9})([smhd])$/.exec(value)
+  if (relative !== null) {
+    const ms = Number(relative[1]) * UNITS[relative[2]]
+    if (ms < 1000 || ms > MAX_RELATIVE_MS) throw new AuditQueryError(`${flag} ${text}: a duration must be between 1s and 36500d`)
+    return nowMs - ms
+  }
+  if (ISO_WITHOUT_OFFSET.test(value)) {
+    throw new AuditQueryError(`${flag} ${text}: add Z or an offset (${value}Z, ${value}+02:00): audit timestamps are UTC`)
+  }
+  const iso = ISO.exec(value)
+  const ms = iso === null ? NaN : Date.parse(iso[4] === undefined ? `${value}T00:00:00Z` : value.replace(' ', 'T'))
+  // Date.parse rolls 2026-02-31 over to March: a date that does not round-trip is refused.
+  if (iso === null || Number.isNaN(ms) || !sameCalendarDay(iso, ms)) {
+    throw new AuditQueryError(
+      `${flag} ${text}: must be a duration back from now (90s, 30m, 1h, 7d) or an ISO 8601 time (2026-12-01T09:30:00Z)`,
+    )
+  }
+  return ms
+}
+
+function sameCalendarDay(iso: RegExpExecArray, ms: number): boolean {
+  const [, y, mo, d, h, mi, s] = iso
+  if (Number(mo) < 1 || Number(mo) > 12 || Number(d) < 1 || Number(d) > 31) return false
+  if (h !== undefined && (Number(h) > 23 || Number(mi) > 59 || (s !== undefined && Number(s) > 59))) return false
+  // Checked in UTC on the date as written: an offset moves the instant, never the written date's validity.
+  const probe = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d)))
+  return probe.getUTCDate() === Number(d) && Number.isFinite(ms)
+}
+
+/** `--decision deny` or `--decision deny,throttled`. */
+export function parseDecisions(text: string): Decision[] {
+  const out: Decision[] = []
+  for (const part of text.split(',')) {
+    const name = part.trim()
+    if (!(DECISIONS as readonly string[]).includes(name)) {
+      throw new AuditQueryError(
+        `--decision ${text}: ${JSON.stringify(name)} is not a decision (one or more of ${DECISIONS.join(', ')}, comma-separated)`,
+      )
+    }
+    if (!out.includes(name as Decision)) out.push(name as Decision)
+  }
+  return out
+}
+
+/** `--limit N`: 1..MAX_LIMIT, or 0 for every matching row. */
+export function parseLimit(text: string): number {
+  const n = /^\d{1,7}$/.test(text.trim()) ? Number(text) : NaN
+  if (!(n >= 0 && n <= MAX_LIMIT)) {
+    throw new AuditQueryError(
+      `--limit ${text}: must be a whole number from 1 to ${MAX_LIMIT}, or 0 for every matching row (streamed, oldest first)`,
+    )
+  }
+  return n
+}
+
+/** `--by identity,tool`: the summary's grouping columns, in the order given. */
+export function parseGroupColumns(text: string): GroupColumn[] {
+  const out: GroupColumn[] = []
+  for (const part of text.split(',')) {
+    const name = part.trim()
+    if (!(GROUP_COLUMNS as readonly string[]).includes(name)) {
+      throw new AuditQueryError(
+        `--by ${text}: ${JSON.stringify(name)} is not a column to group by (one or more of ${GROUP_COLUMNS.join(', ')})`,
+      )
+    }
+    if (!out.includes(name as GroupColumn)) out.push(name as GroupColumn)
+  }
+  return out
+}
+
+export interface FilterOptions {
+  readonly identity?: string
+  readonly tenant?: string
+  readonly tool?: string
+  readonly decision?: string
+  readonly since?: string
+  readonly until?: string
+}
+
+/** The validated filter of the command line's options, every problem reported with its flag. */
+export function buildFilter(options: FilterOptions, nowMs: number): AuditFilter {
+  const glob = (text: string | undefined): Glob | null => {
+    if (text === undefined) return null
+    const g = new Glob(text)
+    return g.any ? null : g
+  }
+  const sinceMs = options.since === undefined ? null : parseTime('--since', options.since, nowMs)
+  const untilMs = options.until === undefined ? null : parseTime('--until', options.until, nowMs)
+  if (sinceMs !== null && sinceMs > nowMs) {
+    // Most likely a typo (a year off); an empty answer would look like "nothing happened".
+    throw new AuditQueryError(`--since ${options.since}: is in the future (now is ${new Date(nowMs).toISOString()})`)
+  }
+  if (sinceMs !== null && untilMs !== null && untilMs <= sinceMs) {
+    throw new AuditQueryError(
+      `--until ${options.until} must be later than --since ${options.since} (${new Date(untilMs).toISOString()} is not after ${new Date(sinceMs).toISOString()})`,
+    )
+  }
+  return {
+    identity: glob(options.identity),
+    tenant: glob(options.tenant),
+    tool: glob(options.tool),
+    decisions: options.decision === undefined ? null : parseDecisions(options.decision),
+    sinceMs,
+    untilMs,
+  }
+}
+
+/** The filter applied in JavaScript (the JSONL source; Postgres applies the same in SQL). */
+export function matches(filter: AuditFilter, e: AuditEntry, timestampMs: number): boolean {
+  if (filter.identity !== null && !filter.identity.matches(e.identity)) return false
+  if (filter.tenant !== null && !filter.tenant.matches(e.tenant)) return false
+  if (filter.tool !== null && !filter.tool.matches(e.tool)) return false
+  if (filter.decisions !== null && !filter.decisions.includes(e.decision)) return false
+  if (filter.sinceMs !== null && !(timestampMs >= filter.sinceMs)) return false
+  if (filter.untilMs !== null && !(timestampMs < filter.untilMs)) return false
+  return true
+}
+
+/** One summary row: the group's values (in the order of the grouping columns), counts by decision, total. */
+export interface SummaryRow {
+  readonly group: readonly string[]
+  /** Indexed like DECISIONS. */
+  readonly counts: readonly number[]
+  readonly total: number
+}
+
+/** Summary rows by total, largest first; ties by group values, so the order is stable. */
+export function compareSummaryRows(a: SummaryRow, b: SummaryRow): number {
+  if (a.total !== b.total) return b.total - a.total
+  for (let i = 0; i < a.group.length; i++) {
+    if (a.group[i] !== b.group[i]) return a.group[i] < b.group[i] ? -1 : 1
+  }
+  return 0
+}
+
+/** The AuditEntry a parsed JSONL line holds, or null when it is not one (wrong types, missing fields). */
+export function asEntry(value: unknown): AuditEntry | null {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return null
+  const e = value as Record<string, unknown>
+  const strings = ['timestamp', 'request_id', 'identity', 'tenant', 'method', 'tool', 'decision'] as const
+  for (const key of strings) if (typeof e[key] !== 'string') return null
+  if (!(DECISIONS as readonly unknown[]).includes(e.decision)) return null
+  if (typeof e.status !== 'number' || (typeof e.latency_ms !== 'number' && e.latency_ms !== null)) return null
+  if (e.reason !== undefined && typeof e.reason !== 'string') return null
+  if (e.session_id !== undefined && typeof e.session_id !== 'string') return null
+  return value as AuditEntry
+}
