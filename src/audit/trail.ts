@@ -1,7 +1,7 @@
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
 import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
-import { auditEntries, entryCount, requestDecision } from './entry'
+import { type AuditEntry, auditEntries, entryCount, requestDecision } from './entry'
 import type { AuditWriter } from './writer'
 
 /** The one place a finished request becomes audit entries, handed to every configured sink. */
@@ -51,10 +51,40 @@ export class AuditTrail {
     const entries = auditEntries(ex, now)
     // One request, one count and one latency, however many entries a batch wrote.
     this.metrics.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
-    for (const e of entries) this.metrics.countEntry(e.decision)
+    for (const e of entries) this.metrics.countEntry(e.decision, e.tenant, e.tool)
     const reserved = ex.auditReserved
     ex.auditReserved = 0 // a second record() of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)
+  }
+
+  /**
+   * Reserves one queue slot in every writer for an entry that is not a proxied request's (an admin API
+   * call), or none when a writer is full (counted and logged as for reserve). The caller then acts only
+   * if this returned true, so an admin action is never unaudited.
+   */
+  reserveOne(): boolean {
+    const writers = this.writers
+    for (let i = 0; i < writers.length; i++) {
+      if (writers[i].reserve(1)) continue
+      for (let j = 0; j < i; j++) writers[j].release(1)
+      this.metrics.auditBackpressure.inc()
+      this.warn.warn('audit-backpressure', 'audit queue full: calls refused with 503 (WL_AUDIT_BACKPRESSURE) until the sink catches up', {
+        sink: writers[i].sink.name,
+        queued: writers[i].pending,
+      })
+      return false
+    }
+    return true
+  }
+
+  /**
+   * Writes one entry that is not a proxied request's (an admin API call) to every writer, into the
+   * slot reserveOne held when `reserved` is 1. Counted in the entries metric, not in the request
+   * metrics: those describe the proxied traffic.
+   */
+  recordEntry(entry: AuditEntry, reserved: 0 | 1): void {
+    this.metrics.countEntry(entry.decision, entry.tenant, entry.tool)
+    for (const w of this.writers) w.record([entry], reserved)
   }
 
   /** SIGHUP: file sinks reopen their paths (log rotation). */

@@ -1,4 +1,4 @@
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
+import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BucketState, BudgetStore } from './store'
 
 /** Milliseconds on a clock that never goes backwards. */
 export type Clock = () => number
@@ -146,6 +146,52 @@ export class MemoryBudgetStore implements BudgetStore {
       if (w !== undefined && w.endsAt === result.buckets[i].window) w.count = Math.max(0, w.count - c.cost)
     }
     return Promise.resolve()
+  }
+
+  /**
+   * This process's counts only (budgets in memory are per replica). A prefix walks every live bucket:
+   * an operator's occasional question, never the request path.
+   */
+  inspect(selection: BucketSelection): Promise<BucketReading[]> {
+    const now = this.now()
+    const out: BucketReading[] = selection.keys.map(
+      (key) => this.reading(key, this.windows.get(key), now) ?? { key, used: 0, resetSeconds: null },
+    )
+    for (const [key, w] of this.matching(selection.prefixes, now)) out.push({ key, used: w.count, resetSeconds: (w.endsAt - now) / 1000 })
+    return Promise.resolve(out)
+  }
+
+  /**
+   * Forgets the selected windows in this process: the next check opens a fresh one. Their expiry-queue
+   * slots stay until they expire and are then skipped (the Map no longer points at them), as for a
+   * window replaced by a new one.
+   */
+  reset(selection: BucketSelection): Promise<BucketReading[]> {
+    const now = this.now()
+    const out: BucketReading[] = []
+    for (const key of selection.keys) {
+      const w = this.windows.get(key)
+      if (w === undefined) continue
+      out.push(this.reading(key, w, now) ?? { key, used: 0, resetSeconds: null })
+      this.windows.delete(key)
+    }
+    for (const [key, w] of this.matching(selection.prefixes, now)) {
+      out.push({ key, used: w.count, resetSeconds: (w.endsAt - now) / 1000 })
+      this.windows.delete(key)
+    }
+    return Promise.resolve(out)
+  }
+
+  /** A window still open, as an operator reads it; null when it has ended (it counts as absent). */
+  private reading(key: string, w: Window | undefined, now: number): BucketReading | null {
+    return w === undefined || w.endsAt <= now ? null : { key, used: w.count, resetSeconds: (w.endsAt - now) / 1000 }
+  }
+
+  private matching(prefixes: readonly string[] | undefined, now: number): Array<[string, Window]> {
+    if (prefixes === undefined || prefixes.length === 0) return []
+    const out: Array<[string, Window]> = []
+    for (const [key, w] of this.windows) if (w.endsAt > now && prefixes.some((p) => key.startsWith(p))) out.push([key, w])
+    return out
   }
 
   close(): Promise<void> {

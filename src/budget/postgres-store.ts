@@ -3,7 +3,7 @@ import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import { withDeadline } from '../deadline'
 import { ReplicaHeartbeat } from '../postgres/heartbeat'
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore, LocalCount, WindowId } from './store'
+import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BucketState, BudgetStore, LocalCount, WindowId } from './store'
 
 export interface PostgresBudgetStoreOptions {
   /**
@@ -81,6 +81,48 @@ SELECT r.key, r.count, clock_timestamp() + make_interval(secs => r.secs)
 ON CONFLICT (key) DO UPDATE
    SET count = CASE WHEN b.ends_at > clock_timestamp() THEN least(b.count::bigint + excluded.count, 2147483647)::integer ELSE excluded.count END,
        ends_at = CASE WHEN b.ends_at > clock_timestamp() THEN b.ends_at ELSE excluded.ends_at END`
+
+/**
+ * The admin API's read of buckets (BudgetStore.inspect), on the window clock `clock` (SQL): each named
+ * key (a row whose window ended, or none, reads as 0 used), then the open rows under a prefix. A prefix
+ * is matched with starts_with over the open rows (a scan: the key index is not in "C" collation, so a
+ * range on it would not follow the prefix); only asked for when budget.repeat_limit is set.
+ */
+function inspectSql(clock: string, prefixed: boolean): string {
+  const named = `SELECT k.key, CASE WHEN b.ends_at > n.t THEN b.count ELSE 0 END AS used,
+       CASE WHEN b.ends_at > n.t THEN extract(epoch FROM b.ends_at - n.t)::double precision END AS reset_seconds, true AS named
+  FROM (SELECT ${clock} AS t) n CROSS JOIN unnest($1::text[]) AS k(key)
+  LEFT JOIN budget_buckets b ON b.key = k.key`
+  if (!prefixed) return named
+  return `${named}
+UNION ALL
+SELECT b.key, b.count, extract(epoch FROM b.ends_at - n.t)::double precision, false
+  FROM (SELECT ${clock} AS t) n CROSS JOIN budget_buckets b
+ WHERE b.ends_at > n.t AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS p(prefix) WHERE starts_with(b.key, p.prefix))`
+}
+
+/**
+ * The admin API's reset (BudgetStore.reset): deletes the selected rows, for every replica at once, and
+ * returns what each had used on the window clock. The rows are locked first in key order (as
+ * wardline_budget_admit locks them), so a reset and a check sharing rows queue instead of deadlocking.
+ * A check after it finds no row and opens a fresh window; a refund of a check charged before it finds
+ * no row with that window and takes nothing back.
+ */
+function resetSql(clock: string, prefixed: boolean): string {
+  const prefix = prefixed ? ' OR EXISTS (SELECT 1 FROM unnest($2::text[]) AS p(prefix) WHERE starts_with(b.key, p.prefix))' : ''
+  return `WITH held AS MATERIALIZED (
+  SELECT b.key, CASE WHEN b.ends_at > n.t THEN b.count ELSE 0 END AS used,
+         CASE WHEN b.ends_at > n.t THEN extract(epoch FROM b.ends_at - n.t)::double precision END AS reset_seconds
+    FROM budget_buckets b CROSS JOIN (SELECT ${clock} AS t) n
+   WHERE b.key = ANY($1::text[])${prefix}
+   ORDER BY b.key COLLATE "C"
+     FOR UPDATE OF b)
+DELETE FROM budget_buckets b USING held WHERE b.key = held.key
+RETURNING held.key, held.used, held.reset_seconds`
+}
+
+/** Bound on an admin read or reset when the caller gives none. */
+const ADMIN_QUERY_TIMEOUT_MS = 5000
 
 /** The most checks one statement carries; more wait for the next one. */
 const MAX_BATCH_CHECKS = 500
@@ -328,6 +370,55 @@ export class PostgresBudgetStore implements BudgetStore {
     const work = this.boundedStatement(ABSORB_SQL, values, timeoutMs, 'absorb')
     this.track(work.catch(() => undefined))
     return work
+  }
+
+  /** The shared counts of the selected buckets (inspectSql), one statement bounded by `timeoutMs`. */
+  async inspect(selection: BucketSelection, timeoutMs = ADMIN_QUERY_TIMEOUT_MS): Promise<BucketReading[]> {
+    const rows = await this.adminQuery(inspectSql, selection, timeoutMs, 'read')
+    // Rows come in no particular order: the named ones are put back in the order asked.
+    const named = new Map<string, BucketReading>()
+    const prefixed: BucketReading[] = []
+    for (const { named: isNamed, ...reading } of rows) {
+      if (isNamed) named.set(reading.key, reading)
+      else prefixed.push(reading)
+    }
+    return [...selection.keys.map((key) => named.get(key) ?? { key, used: 0, resetSeconds: null }), ...prefixed]
+  }
+
+  /** Deletes the selected buckets for every replica (resetSql), one statement bounded by `timeoutMs`. */
+  reset(selection: BucketSelection, timeoutMs = ADMIN_QUERY_TIMEOUT_MS): Promise<BucketReading[]> {
+    return this.adminQuery(resetSql, selection, timeoutMs, 'reset').then((rows) =>
+      rows.map((r) => ({ key: r.key, used: r.used, resetSeconds: r.resetSeconds })),
+    )
+  }
+
+  private async adminQuery(
+    sql: (clock: string, prefixed: boolean) => string,
+    selection: BucketSelection,
+    timeoutMs: number,
+    what: string,
+  ): Promise<Array<BucketReading & { named?: boolean }>> {
+    const prefixes = selection.prefixes ?? []
+    const values: unknown[] = prefixes.length > 0 ? [selection.keys, prefixes] : [selection.keys]
+    if (this.clock !== null) values.push(this.clock())
+    const clock = this.clock === null ? 'clock_timestamp()' : `$${values.length}::timestamptz`
+    const deadline = performance.now() + Math.max(1, timeoutMs)
+    const client = await this.connect(deadline)
+    const remaining = Math.floor(deadline - performance.now())
+    if (remaining <= 0) {
+      client.release()
+      throw new Error(`no budget ${what} within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
+    }
+    type Row = { key: string; used: number; reset_seconds: number | null; named?: boolean }
+    let rows: Row[]
+    try {
+      rows = (await client.query<Row>({ text: sql(clock, prefixes.length > 0), values, query_timeout: remaining } as QueryConfig)).rows
+    } catch (err) {
+      client.release(isServerError(err as Error) ? undefined : (err as Error))
+      throw err
+    }
+    client.release()
+    return rows.map((r) => ({ key: r.key, used: r.used, resetSeconds: r.reset_seconds, named: r.named }))
   }
 
   /** Replicas alive on this database as its heartbeats last said (this one included), at least 1. */

@@ -1,4 +1,4 @@
-import type { AdmitResult, BucketCharge, BudgetStore, LocalCount } from './store'
+import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BudgetStore, LocalCount } from './store'
 
 /** Whether the store behind may be used yet: null when it may, else the error to fail with. */
 export interface StoreGate {
@@ -15,6 +15,8 @@ export class StartingBudgetStore implements BudgetStore {
   readonly admitNow?: (charges: readonly BucketCharge[]) => AdmitResult
   readonly absorb?: (counts: readonly LocalCount[], timeoutMs?: number) => Promise<void>
   readonly liveReplicas?: () => number
+  readonly inspect?: (selection: BucketSelection, timeoutMs?: number) => Promise<BucketReading[]>
+  readonly reset?: (selection: BucketSelection, timeoutMs?: number) => Promise<BucketReading[]>
 
   constructor(
     private readonly inner: BudgetStore,
@@ -39,6 +41,11 @@ export class StartingBudgetStore implements BudgetStore {
     }
     // Not gated: it reads what the store last heard (at least 1), never the database.
     this.liveReplicas = inner.liveReplicas?.bind(inner)
+    // The admin API's read and reset: gated like a check, so an operator hears "not ready" at once.
+    const inspect = inner.inspect?.bind(inner)
+    const reset = inner.reset?.bind(inner)
+    if (inspect !== undefined) this.inspect = (selection, timeoutMs) => this.gated(() => inspect(selection, timeoutMs))
+    if (reset !== undefined) this.reset = (selection, timeoutMs) => this.gated(() => reset(selection, timeoutMs))
   }
 
   admit(charges: readonly BucketCharge[], timeoutMs?: number): Promise<AdmitResult> {
@@ -53,5 +60,10 @@ export class StartingBudgetStore implements BudgetStore {
 
   close(): Promise<void> {
     return this.inner.close()
+  }
+
+  private gated<T>(run: () => Promise<T>): Promise<T> {
+    const err = this.gate.notReadyError()
+    return err === null ? run() : Promise.reject(err)
   }
 }

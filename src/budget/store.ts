@@ -100,5 +100,33 @@ export interface BudgetStore {
    * heartbeats), at least 1. A replica enforcing limits locally takes limit ÷ this.
    */
   liveReplicas?(): number
+  /**
+   * For operators (the admin API): each bucket of `selection.keys`, in that order (used 0 and no reset
+   * when it has no open window), then every bucket with an open window whose key starts with one of
+   * `selection.prefixes` (the repeat buckets of a caller). Reads only: counts nothing. A shared store
+   * reads the shared counts, judged on its window clock. Rejects on a store failure; bounded by `timeoutMs`.
+   */
+  inspect?(selection: BucketSelection, timeoutMs?: number): Promise<BucketReading[]>
+  /**
+   * For operators: forgets the buckets `selection` names (as `inspect` finds them), so the next check
+   * opens a fresh window; returns those it held, with what they had used (0 for a window already over).
+   * A shared store resets them for every replica, in one statement. Rejects on a store failure.
+   */
+  reset?(selection: BucketSelection, timeoutMs?: number): Promise<BucketReading[]>
   close(): Promise<void>
+}
+
+/** Which buckets an operator asks about: exact storage keys, and key prefixes (keys.ts) for buckets that cannot be named one by one. */
+export interface BucketSelection {
+  readonly keys: readonly string[]
+  readonly prefixes?: readonly string[]
+}
+
+/** A bucket as an operator sees it. */
+export interface BucketReading {
+  readonly key: string
+  /** Units used in the open window; 0 when none is open (a window that ended reads as 0). */
+  readonly used: number
+  /** Seconds until the open window ends; null when none is open (the next charge opens a full one). */
+  readonly resetSeconds: number | null
 }

@@ -1,0 +1,222 @@
+import { type Command, Option } from 'commander'
+import type { BucketReport } from '../admin/budgets'
+import { AdminClientError, adminBaseUrl, callAdmin } from '../admin/client'
+import type { Revocation } from '../auth/revocations'
+import { loadConfigBlocks } from '../config/load'
+import type { AdminConfig } from '../config/types'
+import { ConfigError, describeError } from '../errors'
+
+/**
+ * `wardline revoke` and `wardline budget show|reset`: thin wrappers over the admin API (src/admin/).
+ * They read only the admin: block of the config (its listen and token), call the running gateway,
+ * print a table (JSON with --json), and exit 0, or 1 with one line saying what went wrong.
+ */
+export function registerAdminCommands(program: Command): void {
+  program
+    .command('revoke')
+    .description('revoke an identity (401 on every request, on every replica), list revocations, or lift one; needs admin.listen')
+    .option('-c, --config <file>', 'configuration file (its admin: block)', 'wardline.yaml')
+    .option('--identity <identity>', 'the identity to revoke or lift ("*": every identity of the tenant)')
+    .option('--tenant <tenant>', 'its tenant', 'default')
+    .option('--until <when>', 'when the revocation ends: a duration (90s, 30m, 1h, 7d) or an ISO 8601 time; default: until lifted')
+    .option('--reason <text>', 'a note kept with the revocation')
+    .option('--list', 'list the revocations in force')
+    .option('--remove', 'lift the revocation of --identity in --tenant')
+    .option('--json', 'print the API answer as JSON')
+    .addOption(timeoutOption())
+    .action((opts: RevokeOptions) => run(opts.config, opts, (admin) => revoke(admin, opts)))
+
+  const budget = program.command('budget').description('show or reset budget buckets of the running gateway; needs admin.listen')
+  for (const action of ['show', 'reset'] as const) {
+    budget
+      .command(action)
+      .description(
+        action === 'show'
+          ? 'every bucket that applies: limit, used, remaining, reset (no filter: every tenant and tool bucket)'
+          : 'reset the buckets `budget show` lists for the same filters (memory: this replica; Postgres: every replica)',
+      )
+      .option('-c, --config <file>', 'configuration file (its admin: block)', 'wardline.yaml')
+      .option('--identity <identity>', 'an identity: its identity and repeat buckets, and its tenant bucket')
+      .option('--tenant <tenant>', 'a tenant (the identity’s, default "default")')
+      .option('--tool <tool>', 'a tool listed under budget.tools')
+      .addOption(new Option('--kind <kind>', 'only buckets of this kind').choices(['identity', 'tenant', 'tool', 'repeat']))
+      .option('--json', 'print the API answer as JSON')
+      .addOption(timeoutOption())
+      .action((opts: BudgetOptions) => run(opts.config, opts, (admin) => budgets(admin, action, opts)))
+  }
+}
+
+interface CommonOptions {
+  readonly config: string
+  readonly json?: boolean
+  readonly timeout: string
+}
+
+interface RevokeOptions extends CommonOptions {
+  readonly identity?: string
+  readonly tenant: string
+  readonly until?: string
+  readonly reason?: string
+  readonly list?: boolean
+  readonly remove?: boolean
+}
+
+interface BudgetOptions extends CommonOptions {
+  readonly identity?: string
+  readonly tenant?: string
+  readonly tool?: string
+  readonly kind?: string
+}
+
+/** What a command needs to call the API, read from the config. */
+interface AdminTarget {
+  readonly baseUrl: string
+  readonly token: string
+  readonly timeoutMs: number
+  readonly json: boolean
+}
+
+function timeoutOption(): Option {
+  return new Option('--timeout <seconds>', 'how long to wait for the gateway').default('10')
+}
+
+/** A refusal the user can fix from the command line: printed as it is, exit 1. */
+class UsageError extends Error {}
+
+async function run(configPath: string, opts: CommonOptions, body: (target: AdminTarget) => Promise<string>): Promise<void> {
+  try {
+    const timeout = Number(opts.timeout)
+    if (!Number.isFinite(timeout) || timeout <= 0 || timeout > 600)
+      throw new UsageError('--timeout must be a number of seconds between 0 and 600')
+    let admin: AdminConfig | null
+    try {
+      admin = loadConfigBlocks(configPath, ['admin']).admin
+    } catch (err) {
+      if (err instanceof ConfigError) throw new UsageError(`${configPath}: ${err.problems.join('; ')}`)
+      throw err
+    }
+    if (admin === null) throw new UsageError(`${configPath}: the admin API is off (admin.listen is not set)`)
+    const out = await body({ baseUrl: adminBaseUrl(admin), token: admin.token, timeoutMs: timeout * 1000, json: opts.json === true })
+    process.stdout.write(out.endsWith('\n') ? out : `${out}\n`)
+  } catch (err) {
+    const message = err instanceof UsageError || err instanceof AdminClientError ? err.message : describeError(err)
+    process.stderr.write(`wardline: ${message}\n`)
+    process.exitCode = 1
+  }
+}
+
+async function revoke(target: AdminTarget, opts: RevokeOptions): Promise<string> {
+  const call = (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<unknown> =>
+    callAdmin(target.baseUrl, target.token, { method, path, body, timeoutMs: target.timeoutMs })
+  if (opts.list && opts.remove) throw new UsageError('--list and --remove cannot be used together')
+  if (opts.list) {
+    if (opts.identity !== undefined) throw new UsageError('--list lists every revocation: leave out --identity')
+    const answer = (await call('GET', '/revocations')) as { revocations: Revocation[] }
+    if (target.json) return JSON.stringify(answer)
+    if (answer.revocations.length === 0) return 'no revocations in force'
+    return table(
+      ['TENANT', 'IDENTITY', 'UNTIL', 'SINCE', 'REASON'],
+      answer.revocations.map((r) => [r.tenant, r.identity, r.until ?? 'until lifted', r.created_at, r.reason ?? '']),
+    )
+  }
+  if (opts.identity === undefined) throw new UsageError('--identity is required (or --list)')
+  const query = new URLSearchParams({ identity: opts.identity, tenant: opts.tenant })
+  if (opts.remove) {
+    if (opts.until !== undefined || opts.reason !== undefined)
+      throw new UsageError('--remove lifts a revocation: leave out --until and --reason')
+    const answer = await call('DELETE', `/revocations?${query.toString()}`)
+    return target.json ? JSON.stringify(answer) : `lifted the revocation of ${opts.identity} in tenant ${opts.tenant}`
+  }
+  const until = opts.until === undefined ? null : untilTime(opts.until, Date.now())
+  const answer = (await call('POST', '/revocations', {
+    identity: opts.identity,
+    tenant: opts.tenant,
+    until,
+    ...(opts.reason === undefined ? {} : { reason: opts.reason }),
+  })) as { revocation: Revocation }
+  if (target.json) return JSON.stringify(answer)
+  const r = answer.revocation
+  return `revoked ${r.identity} in tenant ${r.tenant} ${r.until === null ? 'until lifted' : `until ${r.until}`}`
+}
+
+const UNITS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_400 }
+
+/** `--until`: a duration from now (90s, 30m, 1h, 7d), or an ISO 8601 time passed on as it is. */
+export function untilTime(text: string, nowMs: number): string {
+  const duration = /^(\d+)([smhd])$/.exec(text)
+  if (duration !== null) {
+    const seconds = Number(duration[1]) * UNITS[duration[2]]
+    if (seconds <= 0) throw new UsageError('--until must be a duration above zero')
+    return new Date(nowMs + seconds * 1000).toISOString()
+  }
+  if (/^\d{4}-\d{2}-\d{2}T/.test(text)) return text // the API checks it, with a precise message
+  throw new UsageError(
+    `--until must be a duration (90s, 30m, 1h, 7d) or an ISO 8601 time (2026-12-01T18:00:00Z), not ${JSON.stringify(text)}`,
+  )
+}
+
+async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: BudgetOptions): Promise<string> {
+  const query = new URLSearchParams()
+  for (const key of ['identity', 'tenant', 'tool', 'kind'] as const) if (opts[key] !== undefined) query.set(key, opts[key])
+  if (action === 'reset' && query.size === 0)
+    throw new UsageError('budget reset needs --identity, --tenant or --tool (resetting every bucket is not offered)')
+  const path = `/budgets${query.size === 0 ? '' : `?${query.toString()}`}`
+  const answer = (await callAdmin(target.baseUrl, target.token, {
+    method: action === 'show' ? 'GET' : 'DELETE',
+    path,
+    timeoutMs: target.timeoutMs,
+  })) as { scope: string; buckets?: BucketReport[]; reset?: BucketReport[]; notes: string[] }
+  if (target.json) return JSON.stringify(answer)
+  const rows = (action === 'show' ? answer.buckets : answer.reset) ?? []
+  const lines: string[] = []
+  if (action === 'reset')
+    lines.push(
+      rows.length === 0
+        ? `nothing to reset (${answer.scope})`
+        : `reset ${rows.length} bucket${rows.length === 1 ? '' : 's'} (${answer.scope}):`,
+    )
+  else lines.push(`budgets (${answer.scope}):`)
+  if (rows.length > 0 && action === 'show') {
+    lines.push(
+      table(
+        ['KIND', 'NAME', 'TENANT', 'WINDOW', 'LIMIT', 'USED', 'REMAINING', 'RESETS IN', 'RESETS AT'],
+        rows.map((b) => [
+          ...describeBucket(b),
+          String(b.used),
+          String(b.remaining),
+          b.reset_seconds === null ? '-' : `${Math.ceil(b.reset_seconds)}s`,
+          b.reset_at ?? '-',
+        ]),
+      ),
+    )
+  } else if (rows.length > 0) {
+    // What a bucket had used before it was reset; its window is gone, so no reset time.
+    lines.push(
+      table(
+        ['KIND', 'NAME', 'TENANT', 'WINDOW', 'LIMIT', 'USED BEFORE'],
+        rows.map((b) => [...describeBucket(b), String(b.used)]),
+      ),
+    )
+  } else if (action === 'show') lines.push('no buckets match')
+  for (const note of answer.notes) lines.push(`note: ${note}`)
+  return lines.join('\n')
+}
+
+function describeBucket(b: BucketReport): string[] {
+  const kind = b.kind === 'repeat' && b.call !== undefined ? `repeat ${b.call.slice(0, 8)}` : b.kind
+  return [kind, b.name, b.tenant ?? '', `${b.window_seconds}s`, String(b.limit)]
+}
+
+/** Columns padded to their widest cell; the last column is not padded. */
+function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
+  const all = [header, ...rows]
+  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i].length)))
+  return all
+    .map((r) =>
+      r
+        .map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i])))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n')
+}
