@@ -30,6 +30,9 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
   // /readyz needs no token: every check is shared (one probe in flight, a result reused for 1 s), so
   // a flood of probes costs the database one connection a second, not one per request.
   const checks = deps.readiness.map((c) => new SharedReadiness(c, deps.readinessMaxAgeMs ?? READINESS_MAX_AGE_MS, deps.now))
+  // wardline_ready asks the same shared checks at scrape time: a scrape within a second of a probe
+  // reuses its result, and scrapes and probes together still cost at most one ping at a time.
+  deps.metrics.observeReadiness(async () => (await readiness(deps, checks)).ok)
   const metadataBody =
     deps.resourceMetadata === null
       ? null
@@ -77,10 +80,13 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
 const READINESS_MAX_AGE_MS = 1000
 
 async function ready(deps: RouteDeps, checks: readonly ReadinessCheck[], res: ServerResponse): Promise<void> {
-  if (deps.isShuttingDown()) {
-    json(res, 503, { status: 'shutting_down' })
-    return
-  }
+  const { ok, body } = await readiness(deps, checks)
+  json(res, ok ? 200 : 503, body)
+}
+
+/** What /readyz answers (and wardline_ready reports): every check passes and shutdown has not begun. */
+async function readiness(deps: RouteDeps, checks: readonly ReadinessCheck[]): Promise<{ ok: boolean; body: unknown }> {
+  if (deps.isShuttingDown()) return { ok: false, body: { status: 'shutting_down' } }
   const results: Record<string, unknown> = {}
   let ok = true
   await Promise.all(
@@ -95,7 +101,7 @@ async function ready(deps: RouteDeps, checks: readonly ReadinessCheck[], res: Se
       }
     }),
   )
-  json(res, ok ? 200 : 503, { status: ok ? 'ready' : 'not_ready', checks: results, ...deps.readyDetails?.() })
+  return { ok, body: { status: ok ? 'ready' : 'not_ready', checks: results, ...deps.readyDetails?.() } }
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

@@ -7,6 +7,7 @@ import { LinkedList } from '../linked-list'
 import { pushCorsHeaders } from '../pipeline/cors'
 import { reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
+import type { UpstreamFailureListener } from './failures'
 import { ForwardedHeaders } from './forwarded'
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers'
 import { SseMessages } from './sse-messages'
@@ -39,8 +40,15 @@ export class Upstream {
   private readonly forwardedHeaders: ForwardedHeaders
   private readonly deadlines: Deadlines
 
-  /** `trustedProxies`: peers whose X-Forwarded-* chain is extended rather than replaced (IPs, CIDRs). */
-  constructor(config: UpstreamConfig, trustedProxies: readonly string[] = []) {
+  /**
+   * `trustedProxies`: peers whose X-Forwarded-* chain is extended rather than replaced (IPs, CIDRs).
+   * `onFailure` hears each request the upstream failed, once (metrics and a rate-limited warning).
+   */
+  constructor(
+    config: UpstreamConfig,
+    trustedProxies: readonly string[] = [],
+    private readonly onFailure: UpstreamFailureListener = () => undefined,
+  ) {
     this.forwardedHeaders = new ForwardedHeaders(trustedProxies)
     this.origin = new URL(config.url)
     this.basePath = this.origin.pathname.replace(/\/+$/, '')
@@ -79,7 +87,7 @@ export class Upstream {
     headers.push('x-wardline-request-id', ex.requestId)
     this.forwardedHeaders.push(req, headers)
     return new Promise((resolve, reject) => {
-      const handler = new RelayHandler(ex, resolve, reject, this.deadlines)
+      const handler = new RelayHandler(ex, resolve, reject, this.deadlines, this.onFailure)
       ;(isStream(ex) ? this.streams : this.pool).dispatch(
         {
           origin: this.origin.origin,
@@ -138,6 +146,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     private readonly resolve: () => void,
     private readonly reject: (err: Error) => void,
     private readonly deadlines: Deadlines,
+    private readonly onFailure: UpstreamFailureListener,
   ) {
     ex.res.on('close', this.onClientClose)
     deadlines.add(this)
@@ -223,6 +232,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    * says why (`cutReason`).
    */
   private giveUp(failure: WardlineError, cutReason: string): void {
+    this.onFailure(failure)
     if (!this.ex.res.headersSent) {
       this.heldHeaders = null
       this.jsonChunks = null
@@ -305,7 +315,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   onDeadline(): void {
     if (this.started) return
     // Settle first: the abort below reports back through onResponseError, which must not win as a 502.
-    this.fail(new WardlineError('WL_UPSTREAM_TIMEOUT', 'upstream sent no response headers in time'))
+    const failure = new WardlineError('WL_UPSTREAM_TIMEOUT', 'upstream sent no response headers in time')
+    this.onFailure(failure)
+    this.fail(failure)
     this.controller?.abort(new Error('upstream_timeout_seconds passed'))
   }
 
