@@ -12,6 +12,7 @@ export type ErrorCode =
   | 'WL_AUTH_KEYS_UNAVAILABLE'
   | 'WL_POSTGRES_UNAVAILABLE'
   | 'WL_AUDIT_BACKPRESSURE'
+  | 'WL_LISTEN_FAILED'
   | 'WL_INTERNAL'
 
 export const STATUS: Readonly<Record<ErrorCode, number>> = {
@@ -27,6 +28,8 @@ export const STATUS: Readonly<Record<ErrorCode, number>> = {
   // Answered as a refusal by the audit reservation stage (no stack trace per call while the audit
   // queue is full); listed for its status and so the code is one of the list.
   WL_AUDIT_BACKPRESSURE: 503,
+  // A listener that cannot bind (address in use, no permission) stops startup: no caller ever sees it.
+  WL_LISTEN_FAILED: 500,
   WL_INTERNAL: 500,
 }
 

@@ -1,23 +1,188 @@
+import type { Writable } from 'node:stream'
 import winston from 'winston'
-import type { LogLevel } from './config/types'
+import type { LogFormat, LogLevel } from './config/types'
+import { describeError } from './errors'
 
 export type Logger = winston.Logger
 
+/** Where winston keeps the finished line (triple-beam's MESSAGE, a registered symbol). */
+const MESSAGE = Symbol.for('message')
+
+export interface LoggerOptions {
+  /** `auto` (the default): text when stderr is a terminal, JSON otherwise. */
+  readonly format?: LogFormat
+  /** Whether stderr is a terminal; by default process.stderr.isTTY. Tests pass it. */
+  readonly tty?: boolean
+  /** Read for NO_COLOR; by default process.env. */
+  readonly env?: NodeJS.ProcessEnv
+  /** Where lines go instead of stderr (tests). */
+  readonly stream?: Writable
+  /** Values never written as they are (the config's secrets): each occurrence becomes `***`. */
+  readonly secrets?: readonly string[]
+}
+
 /**
- * Application logs: JSON lines on stderr. stdout is reserved for the audit trail (audit.output:
- * stdout), so nothing here may ever write there.
+ * Application logs on stderr: one JSON object per line (log shippers and tests read it, so its shape
+ * never changes), or, for a person at a terminal, one human line per event. stdout is reserved for the
+ * audit trail (audit.output: stdout), so nothing here may ever write there.
  */
-export function createLogger(level: LogLevel = 'info'): Logger {
-  return winston.createLogger({
+export function createLogger(level: LogLevel = 'info', options: LoggerOptions = {}): Logger {
+  const tty = options.tty ?? process.stderr.isTTY === true
+  const secrets = new Set<string>()
+  const logger = winston.createLogger({
     level,
-    format: winston.format.combine(winston.format.timestamp(), winston.format.json()),
-    transports: [new winston.transports.Console({ stderrLevels: ['error', 'warn', 'info', 'http', 'verbose', 'debug', 'silly'] })],
+    format:
+      resolveLogFormat(options.format ?? 'auto', tty) === 'text'
+        ? winston.format.combine(winston.format.timestamp(), textFormat(useColor(tty, options.env ?? process.env), secrets))
+        : winston.format.combine(winston.format.timestamp(), winston.format.json(), redactFormat(secrets)),
+    transports: [
+      options.stream !== undefined
+        ? new winston.transports.Stream({ stream: options.stream })
+        : new winston.transports.Console({ stderrLevels: ['error', 'warn', 'info', 'http', 'verbose', 'debug', 'silly'] }),
+    ],
   })
+  SECRETS.set(logger, secrets)
+  addLogSecrets(logger, options.secrets ?? [])
+  return logger
 }
 
 /** A logger that drops everything, for tests and tools that must stay quiet. */
 export function silentLogger(): Logger {
   return winston.createLogger({ silent: true, transports: [new winston.transports.Console({ silent: true })] })
+}
+
+/** `auto` is text only for a person: when stderr is a terminal. A pipe, a file or a container log gets JSON. */
+export function resolveLogFormat(format: LogFormat, tty: boolean): 'json' | 'text' {
+  return format === 'auto' ? (tty ? 'text' : 'json') : format
+}
+
+/** Color only on a terminal, and never when NO_COLOR is set to anything but the empty string (no-color.org). */
+export function useColor(tty: boolean, env: NodeJS.ProcessEnv): boolean {
+  return tty && (env.NO_COLOR === undefined || env.NO_COLOR === '')
+}
+
+/**
+ * Secrets shorter than this are not masked by value: masking a 3-letter password everywhere would
+ * garble every line that happens to contain those letters. A password inside a URL (`postgres://u:pw@`)
+ * is masked by its place whatever its length.
+ */
+const MIN_MASKED_SECRET_LENGTH = 8
+const SECRETS = new WeakMap<Logger, Set<string>>()
+
+/** Adds values the logger must never write (a reload may bring a new secret). */
+export function addLogSecrets(log: Logger, values: readonly string[]): void {
+  const set = SECRETS.get(log)
+  if (set === undefined) return
+  for (const value of values) if (value.length >= MIN_MASKED_SECRET_LENGTH) set.add(value)
+}
+
+/** `scheme://user:password@`: the password part, whatever the scheme (a DSN in a driver's error message). */
+const URL_PASSWORD = /([a-z][a-z0-9+.-]*:\/\/[^\s:/@"'?#]*:)[^\s@/"'?#]+@/gi
+
+/** Replaces every secret in a text, and the password of any URL in it, by `***`. */
+export function redactText(text: string, secrets: Iterable<string>): string {
+  let out = text
+  for (const secret of secrets) {
+    if (out.includes(secret)) out = out.split(secret).join('***')
+    // Inside a JSON line a secret with a quote or a backslash is written escaped.
+    const escaped = JSON.stringify(secret).slice(1, -1)
+    if (escaped !== secret && out.includes(escaped)) out = out.split(escaped).join('***')
+  }
+  return out.includes('://') ? out.replace(URL_PASSWORD, '$1***@') : out
+}
+
+/** The finished JSON line, with secrets masked after serialization (so the object logged is never changed). */
+function redactFormat(secrets: Set<string>): winston.Logform.Format {
+  return winston.format((info) => {
+    const line = info as unknown as Record<symbol, string>
+    line[MESSAGE] = redactText(line[MESSAGE], secrets)
+    return info
+  })()
+}
+
+/** The fields every record has; the text line shows them in front, not as key=value. */
+const FRAME = new Set(['level', 'message', 'timestamp'])
+const LEVEL_COLOR: Readonly<Record<string, string>> = { error: '31', warn: '33', info: '32', debug: '36' }
+const dim = (text: string, color: boolean): string => (color ? `\x1b[2m${text}\x1b[22m` : text)
+
+function textFormat(color: boolean, secrets: Set<string>): winston.Logform.Format {
+  return winston.format((info) => {
+    const line = info as unknown as Record<symbol, string>
+    line[MESSAGE] = redactText(formatTextLine(info, color), secrets)
+    return info
+  })()
+}
+
+/**
+ * One human line: `2026-12-01T22:56:50.123Z INFO  wardline listening listen=127.0.0.1:8080 auth=jwt`.
+ * Time in UTC, as in the JSON lines and the audit trail, so a line and its audit entries match without
+ * time-zone arithmetic. Every control character is escaped, in the message and in values: a tool name
+ * holding a newline or an ANSI escape cannot forge a second line or recolor the terminal.
+ */
+export function formatTextLine(record: Record<string, unknown>, color = false): string {
+  const level = typeof record.level === 'string' ? record.level : 'info'
+  const tag = level.toUpperCase().padEnd(5)
+  const time = typeof record.timestamp === 'string' ? escapeControls(record.timestamp) : new Date().toISOString()
+  const code = LEVEL_COLOR[level]
+  const parts = [
+    dim(time, color),
+    color && code !== undefined ? `\x1b[${code}m${tag}\x1b[39m` : tag,
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- winston passes whatever was logged as the message
+    escapeControls(typeof record.message === 'string' ? record.message : String(record.message ?? '')),
+  ]
+  for (const key of Object.keys(record)) {
+    if (FRAME.has(key)) continue
+    parts.push(`${dim(`${formatKey(key)}=`, color)}${formatValue(record[key])}`)
+  }
+  return parts.join(' ')
+}
+
+/** A value as it reads best: bare when it can be, quoted and escaped when it has spaces, quotes or `=`. */
+export function formatValue(value: unknown, inList = false): string {
+  // Brackets are fine in a bare value (budget.limits[0]) but not in a list, where `]` would end it.
+  if (typeof value === 'string') return BARE.test(value) && !(inList && /[[\]]/.test(value)) ? value : quote(value)
+  if (value === null || value === undefined || typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
+    return String(value)
+  }
+  if (Array.isArray(value)) return `[${value.map((item) => formatValue(item, true)).join(', ')}]`
+  if (value instanceof Error) return quote(describeError(value))
+  let json: string | undefined
+  try {
+    json = JSON.stringify(value)
+  } catch {
+    json = undefined // a cycle: say so rather than fail the log call
+  }
+  return json === undefined ? '[unserializable]' : escapeControls(json)
+}
+
+/** A value written without quotes: no space, quote, `=`, comma, brace, backslash or control character. */
+// eslint-disable-next-line no-control-regex -- control characters are what this matches
+const BARE = /^[^\s"'=,{}\\\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]+$/
+
+function formatKey(key: string): string {
+  return /^[\w.\-[\]]+$/.test(key) ? key : quote(key)
+}
+
+function quote(text: string): string {
+  return `"${escapeControls(text.replace(/[\\"]/g, (c) => `\\${c}`))}"`
+}
+
+/**
+ * Control characters (C0, DEL, C1: a lone U+009B starts an escape sequence on many terminals), line and
+ * paragraph separators, and the bidirectional overrides that make text read in another order.
+ */
+// eslint-disable-next-line no-control-regex -- control characters are what this matches
+const CONTROL = /[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+const NAMED: Readonly<Record<string, string>> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
+
+/** Writes every control character as a visible escape (`\n`, `\x1b`, `\u202e`). */
+export function escapeControls(text: string): string {
+  return text.replace(CONTROL, (c) => {
+    const named = NAMED[c]
+    if (named !== undefined) return named
+    const code = c.charCodeAt(0)
+    return code < 0x100 ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`
+  })
 }
 
 /**
@@ -44,4 +209,38 @@ export class RateLimitedLog {
     this.last.set(key, { at: t, suppressed: 0 })
     this.log.warn(message, suppressed > 0 ? { ...meta, suppressed_since_last: suppressed } : meta)
   }
+}
+
+/** One record for writeLogRecord: what a logger call would carry. */
+export interface LogRecord {
+  readonly level: LogLevel
+  readonly message: string
+  readonly [field: string]: unknown
+}
+
+/**
+ * Writes one record to stderr at once (synchronously for files, pipes and terminals on Linux), in
+ * the format a logger made with the same options writes: for the last words before process.exit,
+ * which must not sit in a logger's stream when the process ends.
+ */
+export function writeLogRecord(record: LogRecord, options: LoggerOptions = {}): void {
+  const tty = options.tty ?? process.stderr.isTTY === true
+  const full: Record<string, unknown> = { ...record, timestamp: new Date().toISOString() }
+  const line =
+    resolveLogFormat(options.format ?? 'auto', tty) === 'text'
+      ? formatTextLine(full, useColor(tty, options.env ?? process.env))
+      : JSON.stringify(sortedKeys(full)) // winston's json format sorts keys: the same line shape as every other
+  const secrets = (options.secrets ?? []).filter((s) => s.length >= MIN_MASKED_SECRET_LENGTH)
+  const out = options.stream ?? process.stderr
+  out.write(`${redactText(line, secrets)}\n`)
+}
+
+function sortedKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortedKeys)
+  if (value === null || typeof value !== 'object' || value instanceof Error) return value
+  return Object.fromEntries(
+    Object.keys(value)
+      .sort()
+      .map((k) => [k, sortedKeys((value as Record<string, unknown>)[k])]),
+  )
 }

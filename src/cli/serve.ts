@@ -1,7 +1,8 @@
-import { loadConfig } from '../config/load'
-import type { Config } from '../config/types'
-import { ConfigError, describeError } from '../errors'
-import { createLogger, type Logger } from '../log'
+import { configSecrets } from '../config/diff'
+import { loadConfig, loadConfigBlocks } from '../config/load'
+import type { Config, LogFormat } from '../config/types'
+import { ConfigError, type ErrorCode, WardlineError, describeError } from '../errors'
+import { addLogSecrets, createLogger, type Logger, writeLogRecord } from '../log'
 import { type RunningGateway, startGateway } from '../server/compose'
 
 /** A second SIGTERM/SIGINT sooner than this after the first is the same request delivered twice. */
@@ -9,23 +10,45 @@ const REPEATED_SIGNAL_MS = 1000
 
 /**
  * `wardline serve`: starts the gateway and stops it gracefully on SIGTERM/SIGINT (exit 0), or
- * reports why it could not start on one line (exit 1).
+ * reports why it could not start as one log record with its WL_* code (exit 1).
  */
 export async function serve(configPath: string): Promise<RunningGateway> {
   let config: Config
   try {
     config = loadConfig(configPath)
   } catch (err) {
-    if (err instanceof ConfigError) process.stderr.write(`wardline: ${configPath}: ${err.message}\n`)
-    else process.stderr.write(`wardline: ${describeError(err)}\n`)
+    const problems = err instanceof ConfigError ? err.problems : [describeError(err)]
+    writeLogRecord(
+      {
+        level: 'error',
+        message: 'configuration invalid: the gateway did not start',
+        code: 'WL_CONFIG_INVALID',
+        config: configPath,
+        problems,
+      },
+      { format: formatOfInvalidFile(configPath) },
+    )
     process.exit(1)
   }
-  const log = createLogger(config.logLevel)
+  const secrets = configSecrets(config)
+  const log = createLogger(config.logLevel, { format: config.logFormat, secrets })
+  // Handled from before the listener exists: SIGHUP's default action ends the process, and a log
+  // rotation's `kill -HUP` can come the moment the "wardline listening" line appears, before startup
+  // has returned here. One that arrives while starting is applied once started.
+  let serving: RunningGateway | null = null
+  let reloadPending = false
+  process.on('SIGHUP', () => {
+    if (serving !== null) reload(configPath, serving, log)
+    else if (!reloadPending) {
+      reloadPending = true
+      log.info('reload requested while starting: applied once the gateway has started')
+    }
+  })
   let gateway: RunningGateway
   try {
     gateway = await startGateway(config, { log, processMetrics: true })
   } catch (err) {
-    process.stderr.write(`wardline: cannot start: ${describeError(err)}\n`)
+    writeLogRecord(startupFailure(err, configPath), { format: config.logFormat, secrets })
     process.exit(1)
   }
   let stoppingSince: number | null = null
@@ -48,7 +71,8 @@ export async function serve(configPath: string): Promise<RunningGateway> {
       },
     )
   }
-  process.on('SIGHUP', () => reload(configPath, gateway, log))
+  serving = gateway
+  if (reloadPending) reload(configPath, gateway, log)
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
   return gateway
@@ -68,6 +92,39 @@ export function reload(configPath: string, gateway: RunningGateway, log: Logger)
     gateway.audit.reopen() // log rotation does not wait for a valid config
     return false
   }
+  addLogSecrets(log, configSecrets(next)) // a reload may bring a new secret (a rotated admin token)
   gateway.reload(next)
   return true
+}
+
+/**
+ * The log_format a file asks for, read alone: a file whose other keys are invalid still says how its
+ * errors should read. Unreadable or invalid itself: auto.
+ */
+function formatOfInvalidFile(path: string): LogFormat {
+  try {
+    return loadConfigBlocks(path, ['log_format']).log_format
+  } catch {
+    return 'auto'
+  }
+}
+
+/** Why startGateway failed, as one record: the WL_* code of the failure (or of its cause), its message, its cause. */
+export function startupFailure(err: unknown, configPath: string): { level: 'error'; message: string; [field: string]: unknown } {
+  let code: ErrorCode = 'WL_INTERNAL'
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (e instanceof WardlineError) {
+      code = e.code
+      break
+    }
+  }
+  const message = err instanceof WardlineError ? err.message : describeError(err)
+  const cause = err instanceof WardlineError && err.cause !== undefined ? describeError(err.cause) : null
+  return {
+    level: 'error',
+    message: `cannot start: ${message}`,
+    code,
+    config: configPath,
+    ...(cause !== null && !message.includes(cause) ? { cause } : {}),
+  }
 }

@@ -1,6 +1,6 @@
 import { SignJWT } from 'jose'
-import { loadConfig } from '../config/load'
-import type { Config } from '../config/types'
+import { loadConfigBlocks } from '../config/load'
+import type { AuthConfig } from '../config/types'
 import { checkPrincipal } from '../auth/principal'
 import { WardlineError } from '../errors'
 
@@ -21,7 +21,11 @@ const UNITS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_40
  * Signs a token the configured gateway accepts, with its HS secret. Only for symmetric configs: with
  * a JWKS or a public key, the signing key belongs to the identity provider and Wardline never holds it.
  */
-export async function mintToken(config: Config, request: TokenRequest, now: () => number = Date.now): Promise<string> {
+export async function mintToken(
+  config: { readonly auth: AuthConfig },
+  request: TokenRequest,
+  now: () => number = Date.now,
+): Promise<string> {
   if (config.auth.mode !== 'jwt') {
     throw new WardlineError('WL_CONFIG_INVALID', 'auth.mode is header: this gateway reads X-Wardline-Identity and accepts no tokens')
   }
@@ -94,9 +98,12 @@ export interface TokenOptions {
   readonly claim: Record<string, unknown>
 }
 
-/** `wardline token`: prints one token on stdout, nothing else, so `$(wardline token …)` works. */
+/**
+ * `wardline token`: prints one token on stdout, nothing else, so `$(wardline token …)` works. Only the
+ * auth block is read: a shell that minted tokens need not set the variables of postgres.dsn or admin.token.
+ */
 export async function tokenCommand(options: TokenOptions): Promise<void> {
-  const config = loadConfig(options.config)
+  const config = loadConfigBlocks(options.config, ['auth'])
   const token = await mintToken(config, {
     sub: options.sub,
     tenant: options.tenant,

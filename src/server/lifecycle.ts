@@ -7,6 +7,7 @@ import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
 import type { Gateway } from './gateway'
+import { listenOrExplain } from './listen'
 import type { LocalRoutes } from './routes'
 
 /**
@@ -28,6 +29,12 @@ export interface LifecycleParts {
   readonly log: Logger
   /** Released in reverse order of the list (the first acquired is released last), after the audit trail. */
   readonly closers: readonly Closer[]
+  /**
+   * Other listeners (the admin API), closed as soon as shutdown begins, before the gateway drains: no
+   * budget reset or revocation starts while it drains, and the calls they were answering have recorded
+   * their audit entries before the trail is flushed.
+   */
+  readonly listeners?: readonly Closer[]
   /** Builds and swaps in what a reload changes (compose.ts knows how); returns the keys that need a restart. */
   readonly applyReload: (next: Config) => string[]
 }
@@ -78,17 +85,14 @@ export class Lifecycle {
     if (!this.parts.routes.handle(req, res)) void this.parts.gateway.handle(req, res)
   }
 
-  /** Listens on config.listen; resolves with the URL it listens on (the real port when the config asked for 0). */
+  /**
+   * Listens on config.listen; resolves with the URL it listens on (the real port when the config asked
+   * for 0). A bind that fails throws WL_LISTEN_FAILED naming the key and variable to change.
+   */
   async start(): Promise<string> {
     if (this.current !== 'created') throw new Error(`cannot start a gateway that is ${this.current}`)
-    const { host, port } = this.config.listen
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject)
-      this.server.listen(port, host, () => {
-        this.server.off('error', reject)
-        resolve()
-      })
-    })
+    // A busy port or a refused bind says which key (and which ${VAR}) to change.
+    await listenOrExplain(this.server, this.config.listen, 'listen', this.config)
     this.current = 'serving'
     const address = this.server.address() as AddressInfo
     const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address
@@ -122,6 +126,11 @@ export class Lifecycle {
   private async stop(): Promise<void> {
     const wasServing = this.current === 'serving'
     this.current = 'draining'
+    for (const close of this.parts.listeners ?? []) {
+      await Promise.resolve(close()).catch((err: unknown) =>
+        this.parts.log.error('a listener failed to close at shutdown', { error: describeError(err) }),
+      )
+    }
     if (wasServing) await this.drain()
     const { audit, log } = this.parts
     // Bounded: a sink that never completes a write (a stdout reader that stopped reading) must not

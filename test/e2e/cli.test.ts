@@ -74,11 +74,19 @@ describe('wardline --version, --help and check-config', () => {
     expect(r.stderr).toMatch(/cannot be read \(ENOENT\)/)
   })
 
-  test('serve with an invalid file reports why and exits 1 without listening', () => {
-    const file = writeConfig(tempDir(), 'upstream: nope\n')
+  test('serve with an invalid file reports why, with its code, as one JSON log line (stderr is a pipe) and exits 1 without listening', () => {
+    const file = writeConfig(tempDir(), 'upstream: nope\nauth: { mode: header }\n')
     const r = cli(['serve', '--config', file])
     expect(r.code).toBe(1)
-    expect(r.stderr).toMatch(/^wardline: .*invalid configuration:\n\s+upstream: must be an absolute URL$/m)
+    expect(r.stderr.trimEnd().split('\n')).toHaveLength(1)
+    expect(JSON.parse(r.stderr)).toEqual({
+      level: 'error',
+      message: 'configuration invalid: the gateway did not start',
+      code: 'WL_CONFIG_INVALID',
+      config: file,
+      problems: ['upstream: must be an absolute URL'],
+      timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/) as unknown,
+    })
   })
 })
 

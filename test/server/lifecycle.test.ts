@@ -42,7 +42,7 @@ describe('the gateway lifecycle', () => {
     }
   })
 
-  test('a listener that cannot bind fails startup with the OS error, and the port taker is untouched', async () => {
+  test('a listener that cannot bind fails startup with WL_LISTEN_FAILED and the OS error as its cause, and the port taker is untouched', async () => {
     const taker = createServer((_req, res) => res.end('taken'))
     await new Promise<void>((resolve) => taker.listen(0, '127.0.0.1', resolve))
     const { port } = taker.address() as AddressInfo
@@ -53,7 +53,10 @@ describe('the gateway lifecycle', () => {
         {},
         dir,
       )
-      await expect(startGateway(config, { log: silentLogger() })).rejects.toMatchObject({ code: 'EADDRINUSE' })
+      await expect(startGateway(config, { log: silentLogger() })).rejects.toMatchObject({
+        code: 'WL_LISTEN_FAILED',
+        cause: { code: 'EADDRINUSE' },
+      })
       expect(await (await fetch(`http://127.0.0.1:${port}/`)).text()).toBe('taken')
     } finally {
       await new Promise<void>((resolve) => taker.close(() => resolve()))

@@ -1,0 +1,196 @@
+import { configOrigin } from './origin'
+import type { PolicyConfig } from './types'
+
+/** One YAML key whose value differs between two loads of the file, ready to log. */
+export interface ConfigChange {
+  /** Dotted YAML path: `budget.limits[0].requests_per_window`; `policy_file:rules[2].effect` inside a policy file. */
+  readonly key: string
+  readonly change: 'added' | 'removed' | 'changed'
+  /** The old value (absent when added), with secrets masked and long values cut. */
+  readonly from?: unknown
+  readonly to?: unknown
+  /** The key is read only at startup: the running gateway keeps the old value until a restart. */
+  readonly restart_needed: boolean
+  /** Present when a secret was masked in from/to. */
+  readonly masked?: true
+}
+
+export interface ConfigDiff {
+  /** At most `limit` changes, in file order. */
+  readonly changes: readonly ConfigChange[]
+  /** For the summary line: how many keys changed, and how many of them are not listed. */
+  readonly summary: { readonly changed_keys: number; readonly changed_keys_not_listed?: number }
+}
+
+/** Enough to see what a reload did; a policy rewritten wholesale says how many more changed instead of flooding the log. */
+export const MAX_LISTED_CHANGES = 20
+/** Longest value shown (JSON text): a whole added block is cut past this. */
+const MAX_VALUE_CHARS = 200
+
+/**
+ * What changed between two loaded configs, in YAML keys: the expanded trees the loader kept beside
+ * each Config are compared leaf by leaf (a block added or removed is one change), and rules read from
+ * a policy_file are compared too (under `policy_file:`). `restartKeys` are the top-level keys
+ * keysNeedingRestart found; their changes are marked. Configs not made by the loader diff as empty.
+ */
+export function diffConfigs(
+  previous: { readonly policy: PolicyConfig | null },
+  next: { readonly policy: PolicyConfig | null },
+  restartKeys: readonly string[],
+  limit = MAX_LISTED_CHANGES,
+): ConfigDiff {
+  const before = configOrigin(previous)?.tree
+  const after = configOrigin(next)?.tree
+  const found: RawChange[] = []
+  if (before !== undefined && after !== undefined) diffTrees(before, after, '', found)
+  const fromFile = (p: PolicyConfig | null): boolean => p !== null && p.source !== 'inline'
+  if (fromFile(previous.policy) && fromFile(next.policy)) {
+    diffTrees(policyTree(previous.policy!), policyTree(next.policy!), 'policy_file:', found)
+  }
+  const changes = found.slice(0, limit).map((c) => present(c, restartKeys))
+  const notListed = found.length - changes.length
+  return {
+    changes,
+    summary: notListed > 0 ? { changed_keys: found.length, changed_keys_not_listed: notListed } : { changed_keys: found.length },
+  }
+}
+
+interface RawChange {
+  readonly key: string
+  readonly change: 'added' | 'removed' | 'changed'
+  readonly from: unknown
+  readonly to: unknown
+}
+
+const ABSENT = Symbol('absent')
+
+/** Appends every leaf that differs; a key present on one side only is one change holding its whole value. */
+export function diffTrees(a: unknown, b: unknown, path: string, out: RawChange[]): void {
+  if (isMapping(a) && isMapping(b)) {
+    const keys = [...Object.keys(a), ...Object.keys(b).filter((k) => !Object.hasOwn(a, k))]
+    for (const key of keys) {
+      const child = path === '' || path.endsWith(':') ? `${path}${key}` : `${path}.${key}`
+      diffTrees(Object.hasOwn(a, key) ? a[key] : ABSENT, Object.hasOwn(b, key) ? b[key] : ABSENT, child, out)
+    }
+    return
+  }
+  if (Array.isArray(a) && Array.isArray(b)) {
+    for (let i = 0; i < Math.max(a.length, b.length); i++)
+      diffTrees(i < a.length ? a[i] : ABSENT, i < b.length ? b[i] : ABSENT, `${path}[${i}]`, out)
+    return
+  }
+  if (a === ABSENT && b === ABSENT) return
+  if (a === ABSENT) out.push({ key: path, change: 'added', from: undefined, to: b })
+  else if (b === ABSENT) out.push({ key: path, change: 'removed', from: a, to: undefined })
+  else if (JSON.stringify(a) !== JSON.stringify(b)) out.push({ key: path, change: 'changed', from: a, to: b })
+}
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+/** A policy file's rules as the file spells them (the Config says `target` where the file says `tool`). */
+function policyTree(policy: PolicyConfig): Record<string, unknown> {
+  return {
+    default: policy.default,
+    filter_lists: policy.filterLists,
+    rules: policy.rules.map((rule) => ({
+      identity: rule.identity,
+      ...(rule.tenant === null ? {} : { tenant: rule.tenant }),
+      method: rule.method,
+      tool: rule.target,
+      effect: rule.effect,
+    })),
+  }
+}
+
+function present(raw: RawChange, restartKeys: readonly string[]): ConfigChange {
+  const top = /^[^.[:]*/.exec(raw.key)?.[0] ?? raw.key
+  const masking = { masked: false }
+  let from = raw.change === 'added' ? undefined : shown(raw.from, raw.key, masking)
+  let to = raw.change === 'removed' ? undefined : shown(raw.to, raw.key, masking)
+  // A DSN whose password alone changed reads the same on both sides once masked: say it changed, show neither.
+  if (raw.change === 'changed' && masking.masked && JSON.stringify(from) === JSON.stringify(to)) from = to = '***'
+  return {
+    key: raw.key,
+    change: raw.change,
+    ...(raw.change === 'added' ? {} : { from }),
+    ...(raw.change === 'removed' ? {} : { to }),
+    restart_needed: restartKeys.includes(top),
+    ...(masking.masked ? { masked: true as const } : {}),
+  }
+}
+
+/** A value safe and short enough to log: secrets masked (by key name, and URL passwords anywhere), long values cut. */
+function shown(value: unknown, key: string, masking: { masked: boolean }): unknown {
+  const safe = masked(value, key, masking)
+  const json = JSON.stringify(safe) ?? 'null'
+  if (json.length <= MAX_VALUE_CHARS) return safe
+  return `${json.slice(0, MAX_VALUE_CHARS)}… (${json.length - MAX_VALUE_CHARS} more characters)`
+}
+
+function masked(value: unknown, key: string, masking: { masked: boolean }): unknown {
+  if (isSecretKey(key)) {
+    masking.masked = true
+    // A DSN keeps its host and database, which tell the operator which database it now points at.
+    if (typeof value === 'string' && /dsn$/i.test(lastName(key)) && URL.canParse(value)) return maskUrlPassword(value, true)
+    return '***'
+  }
+  if (typeof value === 'string') {
+    const out = maskUrlPassword(value, false)
+    if (out !== value) masking.masked = true
+    return out
+  }
+  if (Array.isArray(value)) return value.map((item, i) => masked(item, `${key}[${i}]`, masking))
+  if (isMapping(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, masked(v, `${key}.${k}`, masking)]))
+  return value
+}
+
+/** `postgres://user:secret@db/x` → `postgres://user:***@db/x`; a DSN's query (`?password=`) is dropped too. */
+function maskUrlPassword(text: string, dsn: boolean): string {
+  const replaced = text.replace(/([a-z][a-z0-9+.-]*:\/\/[^\s:/@"'?#]*:)[^\s@/"'?#]+@/gi, '$1***@')
+  if (!dsn) return replaced
+  const q = replaced.indexOf('?')
+  return q < 0 ? replaced : `${replaced.slice(0, q)}?***`
+}
+
+function lastName(path: string): string {
+  const names = path.split(/[.:]/).map((part) => part.replace(/\[\d+\]/g, ''))
+  return names[names.length - 1] ?? ''
+}
+
+/**
+ * A key that holds a secret, by its name: auth.jwt.secret, admin.token, postgres.dsn, and any key
+ * named (or ending in `_`) secret, token, password, dsn or key material. Names chosen by the operator
+ * (a tool called get_token) are masked too: hiding a tool's budget is cheaper than showing a secret.
+ */
+export function isSecretKey(path: string): boolean {
+  return /(^|_)(secret|token|password|passwd|dsn|api_key|private_key)$/i.test(lastName(path))
+}
+
+/** Every secret value in a loaded config's tree (and the password inside each DSN), for the logger to mask wherever it appears. */
+export function configSecrets(config: object): string[] {
+  const tree = configOrigin(config)?.tree
+  const out: string[] = []
+  const walk = (value: unknown, path: string): void => {
+    if (typeof value === 'string') {
+      if (!isSecretKey(path)) return
+      out.push(value)
+      if (URL.canParse(value)) {
+        const password = new URL(value).password
+        if (password !== '') out.push(password, safeDecode(password))
+      }
+    } else if (Array.isArray(value)) value.forEach((item, i) => walk(item, `${path}[${i}]`))
+    else if (isMapping(value)) for (const [k, v] of Object.entries(value)) walk(v, path === '' ? k : `${path}.${k}`)
+  }
+  walk(tree, '')
+  return out
+}
+
+function safeDecode(text: string): string {
+  try {
+    return decodeURIComponent(text)
+  } catch {
+    return text // a stray % in a password: the raw form is already listed
+  }
+}
