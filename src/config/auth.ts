@@ -61,8 +61,8 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
     )
   }
 
-  const audience = readStringOrList(r, o.audience, 'auth.jwt.audience')
-  const algorithms = readStringOrList(r, o.algorithms, 'auth.jwt.algorithms')
+  const audience = r.stringOrList(o.audience, 'auth.jwt.audience')
+  const algorithms = r.stringOrList(o.algorithms, 'auth.jwt.algorithms')
   // Chosen by which key source is configured, even when its value failed to read.
   const allowed = o.secret !== undefined && o.secret !== null ? HMAC_ALGORITHMS : ASYMMETRIC_ALGORITHMS
   algorithms.forEach((alg, i) => {
@@ -99,21 +99,12 @@ function readResourceMetadata(r: Reader, value: unknown): ResourceMetadata | nul
   if (value === undefined || value === null) return null
   const o = r.object(value, 'auth.resource_metadata', ['resource', 'authorization_servers', 'scopes_supported'])
   const resource = r.string(o.resource, 'auth.resource_metadata.resource', '', { nonEmpty: true })
-  if (o.resource === undefined) r.note('auth.resource_metadata.resource', 'is required')
-  else checkUrl(r, resource, 'auth.resource_metadata.resource', ['http:', 'https:'])
-  const authorizationServers = readStringOrList(r, o.authorization_servers, 'auth.resource_metadata.authorization_servers')
+  if (o.resource === undefined || o.resource === null) r.note('auth.resource_metadata.resource', 'is required')
+  else if (resource !== '') checkUrl(r, resource, 'auth.resource_metadata.resource', ['http:', 'https:'])
+  const authorizationServers = r.stringOrList(o.authorization_servers, 'auth.resource_metadata.authorization_servers')
   authorizationServers.forEach((url, i) => checkUrl(r, url, join('auth.resource_metadata.authorization_servers', i), ['http:', 'https:']))
-  const scopesSupported = readStringOrList(r, o.scopes_supported, 'auth.resource_metadata.scopes_supported')
+  const scopesSupported = r.stringOrList(o.scopes_supported, 'auth.resource_metadata.scopes_supported')
   return { resource, authorizationServers, scopesSupported }
-}
-
-function readStringOrList(r: Reader, value: unknown, path: string): string[] {
-  if (value === undefined || value === null) return []
-  if (typeof value === 'string') return value === '' ? (r.note(path, 'must not be empty'), []) : [value]
-  return r.list(value, path).flatMap((item, i) => {
-    const s = r.string(item, join(path, i), '', { nonEmpty: true })
-    return s ? [s] : []
-  })
 }
 
 /** Notes a value that is not an absolute URL with one of `protocols`; returns the parsed URL when it parses. */

@@ -47,19 +47,21 @@ function readLimits(r: Reader, o: Node, path: string, inherited: readonly Bucket
     r.note(path, 'must set both requests_per_window and window_seconds (budget uses limits:, so there is no single value to take)')
     return [...inherited]
   }
-  return [readPair(r, o, path, inherited[0])]
+  // inherited is empty only when the top-level limits failed to read (already noted): do not crash on it.
+  return [readPair(r, o, path, inherited[0] ?? DEFAULT_LIMIT)]
 }
 
 function readList(r: Reader, value: unknown, path: string): BucketLimit[] {
   const items = r.list(value, path)
-  if (Array.isArray(value) && items.length === 0) r.note(path, 'must list at least one window')
+  // `limits:` left blank would otherwise read as no window at all: a bucket that never refuses.
+  if (value === null || (Array.isArray(value) && items.length === 0)) r.note(path, 'must list at least one window')
   if (items.length > MAX_WINDOWS) r.note(path, `at most ${MAX_WINDOWS} windows`)
   const out: BucketLimit[] = []
   const lengths = new Set<number>()
   items.forEach((item, i) => {
     const itemPath = join(path, i)
     const o = r.object(item, itemPath, PAIR_KEYS)
-    if (o.requests_per_window === undefined || o.window_seconds === undefined) {
+    if ([o.requests_per_window, o.window_seconds].some((v) => v === undefined || v === null)) {
       r.note(itemPath, 'must set requests_per_window and window_seconds')
       return
     }
@@ -110,7 +112,8 @@ function readRepeatLimit(r: Reader, value: unknown): RepeatLimit | null {
   if (value === undefined || value === null) return null
   const path = 'budget.repeat_limit'
   const o = r.object(value, path, ['calls', 'window_seconds'])
-  if (o.calls === undefined || o.window_seconds === undefined) r.note(path, 'must set calls and window_seconds')
+  // A blank value (`calls:`) is as missing as an absent key: it must not read as a default limit.
+  if ([o.calls, o.window_seconds].some((v) => v === undefined || v === null)) r.note(path, 'must set calls and window_seconds')
   return {
     calls: r.int(o.calls, join(path, 'calls'), 1, 1, 1_000_000),
     windowSeconds: r.number(o.window_seconds, join(path, 'window_seconds'), 60, 0, MAX_WINDOW_SECONDS, true),

@@ -28,6 +28,12 @@ export type Node = Record<string, unknown>
 
 export class Reader {
   readonly problems: string[] = []
+  /**
+   * Key paths whose string value was made by `${VAR}` expansion (env.ts marks them). Only these may
+   * spell a number or a boolean as text: `max_connections: ${PG_MAX:-10}` works, while a quoted
+   * `max_connections: "10"` in the file stays a wrong type, as before.
+   */
+  readonly fromEnvironment = new Set<string>()
 
   note(path: string, problem: string): void {
     this.problems.push(path ? `${path}: ${problem}` : problem)
@@ -84,19 +90,31 @@ export class Reader {
     return this.string(value, path, '', { nonEmpty: true }) || null
   }
 
+  /** One string or a list of strings (an audience, the accepted algorithms); an empty string is a problem. */
+  stringOrList(value: unknown, path: string): string[] {
+    if (value === undefined || value === null) return []
+    if (typeof value === 'string') return value === '' ? (this.note(path, 'must not be empty'), []) : [value]
+    return this.list(value, path).flatMap((item, i) => {
+      const s = this.string(item, join(path, i), '', { nonEmpty: true })
+      return s ? [s] : []
+    })
+  }
+
   bool(value: unknown, path: string, fallback: boolean): boolean {
+    value = this.typed(value, path, 'bool')
     if (value === undefined || value === null) return fallback
     if (typeof value !== 'boolean') {
-      this.note(path, 'must be true or false')
+      this.note(path, `must be true or false${this.viaEnvironment(value, path)}`)
       return fallback
     }
     return value
   }
 
   int(value: unknown, path: string, fallback: number, min: number, max: number): number {
+    value = this.typed(value, path, 'number')
     if (value === undefined || value === null) return fallback
     if (typeof value !== 'number' || !Number.isInteger(value)) {
-      this.note(path, 'must be a whole number')
+      this.note(path, `must be a whole number${this.viaEnvironment(value, path)}`)
       return fallback
     }
     if (value < min || value > max) {
@@ -108,9 +126,10 @@ export class Reader {
 
   /** A number in (min, max] when `exclusiveMin`, else [min, max]. */
   number(value: unknown, path: string, fallback: number, min: number, max: number, exclusiveMin = false): number {
+    value = this.typed(value, path, 'number')
     if (value === undefined || value === null) return fallback
     if (typeof value !== 'number' || !Number.isFinite(value)) {
-      this.note(path, 'must be a number')
+      this.note(path, `must be a number${this.viaEnvironment(value, path)}`)
       return fallback
     }
     if ((exclusiveMin ? value <= min : value < min) || value > max) {
@@ -127,6 +146,21 @@ export class Reader {
       return fallback
     }
     return value as T
+  }
+
+  /**
+   * A value `${VAR}` expansion made, read as the number or boolean its text spells (decimal, as YAML
+   * would read it unquoted: `30`, `0.5`, `1e3`; `true` / `false`); anything else is left as it is.
+   */
+  private typed(value: unknown, path: string, kind: 'number' | 'bool'): unknown {
+    if (typeof value !== 'string' || !this.fromEnvironment.has(path)) return value
+    if (kind === 'bool') return value === 'true' ? true : value === 'false' ? false : value
+    return /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/.test(value) ? Number(value) : value
+  }
+
+  /** Says where a wrong value came from when the file shows only `${VAR}` (never the value: it may be a secret). */
+  private viaEnvironment(value: unknown, path: string): string {
+    return typeof value === 'string' && this.fromEnvironment.has(path) ? ' (the environment variable it reads gave other text)' : ''
   }
 }
 
