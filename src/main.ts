@@ -2,8 +2,11 @@
 import { Command } from 'commander'
 import { loadConfig } from './config/load'
 import { ConfigError, describeError } from './errors'
+import { registerAdminCommands } from './cli/admin'
+import { registerAuditCommand } from './cli/audit'
 import { serve } from './cli/serve'
 import { type TokenOptions, parseClaim, tokenCommand } from './cli/token'
+import { registerSchemaCommand } from './cli/schema'
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports -- the path is relative to dist/src/main.js, not this file
 const { version } = require('../../package.json') as { version: string }
@@ -57,6 +60,9 @@ export function buildCli(): Command {
     .action(async (opts: TokenOptions) => {
       await tokenCommand(opts)
     })
+  registerAuditCommand(program)
+  registerSchemaCommand(program)
+  registerAdminCommands(program)
   return program
 }
 

@@ -1,5 +1,8 @@
+import { statSync } from 'node:fs'
 import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'prom-client'
+import type { BudgetConfig, PolicyConfig } from './config/types'
 import { DECISIONS, type Decision } from './pipeline/exchange'
+import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './upstream/failures'
 
 const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
@@ -94,12 +97,102 @@ export class Metrics {
     help: 'Requests refused with 503 (WL_AUDIT_BACKPRESSURE) because an audit queue had no room to reserve their entries',
     registers: [this.registry],
   })
+  readonly auditRetentionDeleted = new Counter({
+    name: 'wardline_audit_retention_deleted_total',
+    help: 'audit_entries rows older than audit.retention_days deleted by this replica',
+    registers: [this.registry],
+  })
+
+  /**
+   * Refused, failed and unauthorized audit entries by tenant and by tool, counted where
+   * wardline_audit_entries_total is (AuditTrail.record), so they add up to its non-allow decisions.
+   * Label values are configured names only (labelledNames), so a caller cannot mint series.
+   */
+  private readonly refusalsByTenant = new RefusalsByName(
+    this.registry,
+    'wardline_refusals_by_tenant_total',
+    'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tenant: a tenant named in budget.tenants or a policy rule, else other; none without a tenant',
+    'tenant',
+  )
+  private readonly refusalsByTool = new RefusalsByName(
+    this.registry,
+    'wardline_refusals_by_tool_total',
+    'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
+    'tool',
+  )
+  /** One child per kind, made up front: every kind is exported from the start (at 0), and a failure costs an array read. */
+  private readonly upstreamErrorCounters: Record<UpstreamErrorKind, Counter.Internal>
+  readonly auditQueueLimit = new Gauge({
+    name: 'wardline_audit_queue_limit_entries',
+    help: 'audit.max_queue_entries: the queue length at which calls get 503 (WL_AUDIT_BACKPRESSURE), by sink',
+    labelNames: ['sink'] as const,
+    registers: [this.registry],
+  })
+  /** Spill files per sink (the file and its .replaying copy), measured at scrape time. */
+  private readonly spillFiles = new Map<string, readonly string[]>()
+  /** /readyz's verdict, asked for at scrape time (server/routes.ts); null until the routes exist. */
+  private readiness: (() => Promise<boolean>) | null = null
+
+  readonly revocationRefreshFailures = new Counter({
+    name: 'wardline_revocation_refresh_failures_total',
+    help: 'Refreshes of the shared (Postgres) revocation list that failed; requests were judged on the last list this replica had',
+    registers: [this.registry],
+  })
+  readonly revokedRequests = new Counter({
+    name: 'wardline_revoked_requests_total',
+    help: 'Requests refused with 401 because their identity (or its whole tenant) is on the revocation list',
+    registers: [this.registry],
+  })
+  /** The revocation list's figures (compose.ts), read at scrape time; none until it is handed over. */
+  private revocationStats: (() => { readonly active: number; readonly staleSeconds: number }) | null = null
+  private readonly revocationsActive: Gauge = new Gauge({
+    name: 'wardline_revocations_active',
+    help: 'Revocations this replica applies (identities, or whole tenants with identity *) whose until has not passed',
+    registers: [this.registry],
+    collect: (): void => this.revocationsActive.set(this.revocationStats?.().active ?? 0),
+  })
+  private readonly revocationsStale: Gauge = new Gauge({
+    name: 'wardline_revocations_stale_seconds',
+    help: "Age of this replica's copy of the shared revocation list while its refreshes fail (0 while they succeed, and always 0 in memory)",
+    registers: [this.registry],
+    collect: (): void => this.revocationsStale.set(this.revocationStats?.().staleSeconds ?? 0),
+  })
 
   /** The shared budget store's counts (PostgresBudgetStore.stats), read at scrape time; none without one. */
   private budgetStoreStats: (() => { readonly checks: number; readonly statements: number }) | null = null
 
   constructor(defaults = false) {
     if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'wardline_' })
+    const upstreamErrors = new Counter({
+      name: 'wardline_upstream_errors_total',
+      help: 'Forwarded requests the MCP server failed, by kind: unreachable (no connection; 502), timeout (no response headers within upstream.timeout_seconds; 504), reset (the connection closed or reset before the answer ended), bad_response (an answer that could not be parsed or relayed), other',
+      labelNames: ['kind'] as const,
+      registers: [this.registry],
+    })
+    this.upstreamErrorCounters = Object.fromEntries(UPSTREAM_ERROR_KINDS.map((k) => [k, upstreamErrors.labels(k)])) as Record<
+      UpstreamErrorKind,
+      Counter.Internal
+    >
+    const spillFiles = this.spillFiles
+    new Gauge({
+      name: 'wardline_audit_spill_bytes',
+      help: 'Bytes of audit entries waiting in the spill file (and its .replaying copy) for their sink, by sink; 0 once replayed',
+      labelNames: ['sink'] as const,
+      registers: [this.registry],
+      collect() {
+        for (const [sink, paths] of spillFiles) this.labels(sink).set(fileBytes(paths))
+      },
+    })
+    const readiness = (): Promise<boolean> | null => this.readiness?.() ?? null
+    new Gauge({
+      name: 'wardline_ready',
+      help: 'What /readyz would answer now: 1 ready (200), 0 not ready or shutting down (503). Evaluated through the same shared checks as /readyz, never an extra database ping',
+      registers: [this.registry],
+      async collect() {
+        const ready = readiness()
+        this.set(ready === null ? 0 : (await ready) ? 1 : 0)
+      },
+    })
     // Coalescing at a glance: statements ÷ checks is the budget round trips per check (at most 1).
     const stats = (): { readonly checks: number; readonly statements: number } | null => this.budgetStoreStats?.() ?? null
     new Counter({
@@ -122,6 +215,35 @@ export class Metrics {
     })
   }
 
+  /**
+   * The names refusals are labelled with (labelledNames of the running config); at startup and at each
+   * reload. Counts of names kept carry on; a name no longer configured loses its series.
+   */
+  nameLabels(names: LabelledNames): void {
+    this.refusalsByTenant.setNames(names.tenants)
+    this.refusalsByTool.setNames(names.tools)
+  }
+
+  /** One upstream failure (upstream/failures.ts): off the hot path, once per failed request. */
+  upstreamError(kind: UpstreamErrorKind): void {
+    this.upstreamErrorCounters[kind].inc()
+  }
+
+  /** Where wardline_audit_spill_bytes{sink} is measured (stat at scrape time; a missing file is 0 bytes). */
+  observeAuditSpill(sink: string, paths: readonly string[]): void {
+    this.spillFiles.set(sink, paths)
+  }
+
+  /** Where wardline_ready comes from (server/routes.ts: the shared /readyz checks). */
+  observeReadiness(ready: () => Promise<boolean>): void {
+    this.readiness = ready
+  }
+
+  /** Where wardline_revocations_active and wardline_revocations_stale_seconds come from. */
+  observeRevocations(stats: () => { readonly active: number; readonly staleSeconds: number }): void {
+    this.revocationStats = stats
+  }
+
   /** Where wardline_budget_store_checks_total and _statements_total come from. */
   observeBudgetStore(stats: () => { readonly checks: number; readonly statements: number }): void {
     this.budgetStoreStats = stats
@@ -136,10 +258,137 @@ export class Metrics {
     this.duration.observe(i, seconds)
   }
 
-  /** One audit entry written, under its own decision. */
-  countEntry(decision: Decision): void {
-    this.auditEntries.add(DECISIONS.indexOf(decision))
+  /** One audit entry written, under its own decision; a refusal also by its tenant and tool (`''`: none). */
+  countEntry(decision: Decision, tenant = '', tool = ''): void {
+    const i = DECISIONS.indexOf(decision)
+    this.auditEntries.add(i)
+    // An allowed or passed-through entry (the hot path) pays this one typed-array read and nothing else.
+    if (REFUSAL[i] === 1) {
+      this.refusalsByTenant.add(tenant, i)
+      this.refusalsByTool.add(tool, i)
+    }
   }
+}
+
+/** Decisions counted by tenant and tool: everything but allow and passthrough, by DECISIONS index. */
+const REFUSAL = Uint8Array.from(DECISIONS, (d) => (d === 'allow' || d === 'passthrough' ? 0 : 1))
+
+/**
+ * Most names one label takes from the config. Each name is a series per refusal decision (four), on
+ * every replica, in two metrics: 250 names is at most 2 000 series a replica, which a Prometheus holds
+ * without notice; past it a config listing thousands of tenants would cost more than the dashboards
+ * are worth. Names beyond it (in config order) count as `other`.
+ */
+export const MAX_LABELLED_NAMES = 250
+
+/** Label value for a tenant or tool no configured name matches. */
+export const OTHER_LABEL = 'other'
+/** Label value for an entry without a tenant (unauthenticated) or without a tool (not a gated call). */
+export const NONE_LABEL = 'none'
+/** Prefix of a configured name that would read as a reserved value (`other`, `none`) or as another prefixed name. */
+export const CONFIGURED_PREFIX = 'configured:'
+
+export interface LabelledNames {
+  readonly tenants: readonly string[]
+  readonly tools: readonly string[]
+}
+
+/**
+ * The names that may appear as label values: tenants under budget.tenants and in policy rules' `tenant`,
+ * tools under budget.tools and in rules' `tool`, each only when written without `*` (a glob names no
+ * one value). Config order, duplicates dropped, at most MAX_LABELLED_NAMES each. A caller chooses the
+ * tool names it sends and (with header auth, or an identity provider it controls) its tenant: taking
+ * label values from requests would let it mint series without bound, so only the operator's file does.
+ * A top-N of the busiest names was the other choice: it needs per-name counts of every name seen (the
+ * same unbounded memory) and its labels change meaning as the ranking moves.
+ */
+export function labelledNames(budget: BudgetConfig, policy: PolicyConfig | null): LabelledNames {
+  const tenants = new Set(Object.keys(budget.tenants))
+  const tools = new Set(Object.keys(budget.tools))
+  for (const rule of policy?.rules ?? []) {
+    if (rule.tenant !== null && !rule.tenant.includes('*')) tenants.add(rule.tenant)
+    if (!rule.target.includes('*')) tools.add(rule.target)
+  }
+  return { tenants: [...tenants].slice(0, MAX_LABELLED_NAMES), tools: [...tools].slice(0, MAX_LABELLED_NAMES) }
+}
+
+/**
+ * The label value of a configured name: the name itself, unless it is `other` or `none` or starts with
+ * `configured:`, which get `configured:` in front. A tenant named `other` is then `configured:other`
+ * and never mixes with the unconfigured rest, and no two names share a value (a name already starting
+ * with the prefix gets a second one).
+ */
+export function labelValue(name: string): string {
+  return name === OTHER_LABEL || name === NONE_LABEL || name.startsWith(CONFIGURED_PREFIX) ? CONFIGURED_PREFIX + name : name
+}
+
+/**
+ * A counter by decision and one bounded name label (tenant or tool), kept in one Float64Array: row 0 is
+ * `none`, row 1 `other`, then one row per configured name. A count is a Map lookup and an array slot.
+ * Only rows counted print, as DecisionCounter's decisions do.
+ */
+class RefusalsByName {
+  /** Configured name → row. */
+  private rows = new Map<string, number>()
+  /** Row → the name it counts ('' for none, and for other). */
+  private names: string[] = ['', '']
+  private counts = new Float64Array(2 * DECISIONS.length)
+
+  constructor(registry: Registry, name: string, help: string, label: 'tenant' | 'tool') {
+    // collect() gets prom-client's Counter as `this`; the rows it reads are this object's, replaced at each reload.
+    const current = (): { counts: Float64Array; names: readonly string[] } => ({ counts: this.counts, names: this.names })
+    new Counter({
+      name,
+      help,
+      labelNames: ['decision', label] as const,
+      registers: [registry],
+      collect() {
+        this.reset()
+        const { counts, names } = current()
+        for (let row = 0; row < names.length; row++) {
+          const value = row === 0 ? NONE_LABEL : row === 1 ? OTHER_LABEL : labelValue(names[row])
+          for (let d = 0; d < DECISIONS.length; d++) {
+            const n = counts[row * DECISIONS.length + d]
+            if (n > 0) this.inc({ decision: DECISIONS[d], [label]: value }, n)
+          }
+        }
+      },
+    })
+  }
+
+  add(name: string, decision: number): void {
+    const row = name === '' ? 0 : (this.rows.get(name) ?? 1)
+    this.counts[row * DECISIONS.length + decision]++
+  }
+
+  /** Replaces the configured names, carrying the counts of `none`, `other` and every name kept. */
+  setNames(names: readonly string[]): void {
+    const width = DECISIONS.length
+    const counts = new Float64Array((names.length + 2) * width)
+    counts.set(this.counts.subarray(0, 2 * width))
+    const rows = new Map<string, number>()
+    for (let i = 0; i < names.length; i++) {
+      rows.set(names[i], i + 2)
+      const old = this.rows.get(names[i])
+      if (old !== undefined) counts.set(this.counts.subarray(old * width, (old + 1) * width), (i + 2) * width)
+    }
+    this.rows = rows
+    this.names = ['', '', ...names]
+    this.counts = counts
+  }
+}
+
+/** Total size of the files that exist among `paths`. */
+function fileBytes(paths: readonly string[]): number {
+  let bytes = 0
+  for (const path of paths) {
+    try {
+      bytes += statSync(path).size
+    } catch {
+      // Not there: nothing waits in it.
+    }
+  }
+  return bytes
 }
 
 /**

@@ -1,13 +1,26 @@
 import { isIP } from 'node:net'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { ConfigError } from '../errors'
+import { readAdmin } from './admin'
 import { readAuth, checkUrl } from './auth'
 import { readBudget } from './budget'
 import { expandEnv } from './env'
 import { readPolicy } from './policy'
+import { setConfigOrigin } from './origin'
 import { readPostgres } from './postgres'
 import { Reader, deepFreeze, parseYaml, readText } from './reader'
-import type { AuditConfig, Config, Features, HttpConfig, LogLevel, ToolRefusals } from './types'
+import type {
+  AdminConfig,
+  AuditConfig,
+  AuthConfig,
+  Config,
+  Features,
+  HttpConfig,
+  LogFormat,
+  LogLevel,
+  PostgresConfig,
+  ToolRefusals,
+} from './types'
 
 const TOP_LEVEL_KEYS = [
   'listen',
@@ -25,6 +38,7 @@ const TOP_LEVEL_KEYS = [
   'shutdown_grace_seconds',
   'shutdown_delay_seconds',
   'log_level',
+  'log_format',
   'features',
   'audit',
   'auth',
@@ -33,6 +47,7 @@ const TOP_LEVEL_KEYS = [
   'policy_file',
   'postgres',
   'tool_refusals',
+  'admin',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
 
@@ -40,26 +55,78 @@ export interface LoadOptions {
   readonly env?: NodeJS.ProcessEnv
   /** Relative paths in the file (audit.output, policy_file, key files) resolve against this. */
   readonly baseDir?: string
+  /** The file the text came from, for messages that say where to change a key (config/origin.ts). */
+  readonly file?: string
 }
 
 /** Reads, expands and validates a config file. Throws one ConfigError listing every problem. */
 export function loadConfig(path: string, env: NodeJS.ProcessEnv = process.env): Config {
   const file = readText(path)
   if ('problem' in file) throw new ConfigError([`${path}: ${file.problem}`])
-  return parseConfig(file.text, { env, baseDir: dirname(resolve(path)) })
+  return parseConfig(file.text, { env, baseDir: dirname(resolve(path)), file: path })
 }
 
 export function parseConfig(text: string, options: LoadOptions = {}): Config {
   const parsed = parseYaml(text)
   if ('problem' in parsed) throw new ConfigError([parsed.problem])
   const r = new Reader()
-  const expanded = expandEnv(parsed.tree ?? {}, '', options.env ?? process.env, r)
+  const variables = new Map<string, string[]>()
+  const expanded = expandEnv(parsed.tree ?? {}, '', options.env ?? process.env, r, variables)
   const config = readConfig(r, expanded, options.baseDir ?? process.cwd())
   if (r.problems.length > 0) throw new ConfigError(r.problems)
-  return deepFreeze(config)
+  // The expanded tree travels beside the Config (never in it): a reload diffs it in YAML keys.
+  return setConfigOrigin(deepFreeze(config), { file: options.file ?? null, tree: deepFreeze(expanded), variables })
 }
 
-function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
+/** What loadConfigBlocks can read alone, by top-level key: each with the same reader the whole file uses. */
+const BLOCK_READERS = {
+  auth: (r: Reader, node: unknown, resolvePath: (p: string) => string): AuthConfig => readAuth(r, node, resolvePath),
+  log_format: (r: Reader, node: unknown): LogFormat => readLogFormat(r, node),
+  // `wardline audit` needs only where the trail is: not the JWT secret's variable.
+  features: (r: Reader, node: unknown): Features => readFeatures(r, node),
+  audit: (r: Reader, node: unknown, resolvePath: (p: string) => string): AuditConfig => readAudit(r, node, resolvePath),
+  postgres: (r: Reader, node: unknown): PostgresConfig | null => readPostgres(r, node),
+  // `wardline revoke` and `wardline budget`: where the admin API listens and its token (read alone, the
+  // block cannot compare admin.listen with listen; serve and check-config do).
+  admin: (r: Reader, node: unknown): AdminConfig | null => readAdmin(r, node, null),
+}
+export type ConfigBlocks = { readonly [K in keyof typeof BLOCK_READERS]: ReturnType<(typeof BLOCK_READERS)[K]> }
+
+/**
+ * Reads only the named top-level keys of a config file: `${VAR}` expansion, validation and the
+ * resulting values exactly as loadConfig gives them, but nothing else of the file is expanded or
+ * checked. `wardline token` needs the auth block and must not fail because postgres.dsn reads a
+ * variable this shell does not set. Throws one ConfigError listing the problems of those keys only.
+ */
+export function loadConfigBlocks<K extends keyof ConfigBlocks>(
+  path: string,
+  keys: readonly K[],
+  env: NodeJS.ProcessEnv = process.env,
+): Pick<ConfigBlocks, K> {
+  const file = readText(path)
+  if ('problem' in file) throw new ConfigError([`${path}: ${file.problem}`])
+  const parsed = parseYaml(file.text)
+  if ('problem' in parsed) throw new ConfigError([parsed.problem])
+  const r = new Reader()
+  const tree = parsed.tree ?? {}
+  if (typeof tree !== 'object' || Array.isArray(tree)) throw new ConfigError(['the configuration must be a mapping of keys'])
+  const baseDir = dirname(resolve(path))
+  const resolvePath = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p))
+  const out: Partial<Record<K, unknown>> = {}
+  for (const key of keys) {
+    const node = Object.hasOwn(tree, key) ? (tree as Record<string, unknown>)[key] : undefined
+    out[key] = BLOCK_READERS[key](r, expandEnv(node, key, env, r), resolvePath)
+  }
+  if (r.problems.length > 0) throw new ConfigError(r.problems)
+  return deepFreeze(out as Pick<ConfigBlocks, K>)
+}
+
+function readLogFormat(r: Reader, value: unknown): LogFormat {
+  return r.oneOf<LogFormat>(value, 'log_format', ['auto', 'json', 'text'], 'auto')
+}
+
+/** The whole file's reading; also run by config/schema.ts, which records each Reader call into the JSON Schema. */
+export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   if (typeof tree !== 'object' || tree === null || Array.isArray(tree)) {
     r.note('', 'the configuration must be a mapping of keys')
     tree = {}
@@ -69,7 +136,7 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
 
   const listen = readListen(r, o.listen)
   const upstreamUrl = r.string(o.upstream, 'upstream', '', { nonEmpty: true })
-  if (o.upstream === undefined) r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001)')
+  if (o.upstream === undefined || o.upstream === null) r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001)')
   else if (upstreamUrl) {
     checkUrl(r, upstreamUrl, 'upstream', ['http:', 'https:'])
     // Only scheme, host, port and a base path are used: anything else would be silently dropped.
@@ -106,6 +173,7 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     // 0 by default: a plain process stops at once; behind a load balancer set it above the probe interval.
     shutdownDelaySeconds: r.number(o.shutdown_delay_seconds, 'shutdown_delay_seconds', 0, 0, 600),
     logLevel: r.oneOf<LogLevel>(o.log_level, 'log_level', ['error', 'warn', 'info', 'debug'], 'info'),
+    logFormat: readLogFormat(r, o.log_format),
     features,
     audit,
     auth: readAuth(r, o.auth, resolvePath),
@@ -114,12 +182,20 @@ function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     postgres,
     // `http` by default: what clients got before the key existed, and what budget.md documents.
     toolRefusals: r.oneOf<ToolRefusals>(o.tool_refusals, 'tool_refusals', ['http', 'result'], 'http'),
+    admin: readAdmin(r, o.admin, listen),
   }
 
   // Cross-field rules, after the shapes are known.
   if (features.postgresStorage && postgres === null) r.note('postgres.dsn', 'is required when features.postgres_storage is true')
   if (audit.output === null && !features.postgresStorage) {
     r.note('audit.output', 'is required unless features.postgres_storage is true (every decision needs a sink)')
+  }
+  if (audit.retentionDays !== null && !features.postgresStorage) {
+    // Silently keeping a JSONL file forever while the config says 30 days would be worse than refusing.
+    r.note(
+      'audit.retention_days',
+      'applies only to the Postgres audit_entries table (features.postgres_storage: true); rotate a JSONL audit file with logrotate instead (docs/operations.md, retention)',
+    )
   }
   return config
 }
@@ -195,12 +271,15 @@ function readFeatures(r: Reader, value: unknown): Features {
 }
 
 function readAudit(r: Reader, value: unknown, resolvePath: (p: string) => string): AuditConfig {
-  const o = r.object(value, 'audit', ['output', 'spill_file', 'max_queue_entries'])
+  const o = r.object(value, 'audit', ['output', 'spill_file', 'max_queue_entries', 'retention_days'])
   const hasOutput = value === undefined || value === null || !('output' in o) || o.output !== null
   const output = hasOutput ? r.string(o.output, 'audit.output', 'stdout', { nonEmpty: true }) : null
   return {
     output: output === null || output === 'stdout' ? output : resolvePath(output),
     spillFile: resolvePath(r.string(o.spill_file, 'audit.spill_file', '.wardline/audit-spill.jsonl', { nonEmpty: true })),
     maxQueueEntries: r.int(o.max_queue_entries, 'audit.max_queue_entries', 100_000, 100, 10_000_000),
+    // Absent or null: keep every row (deleting audit data is the operator's decision, never a default).
+    retentionDays:
+      o.retention_days === undefined || o.retention_days === null ? null : r.int(o.retention_days, 'audit.retention_days', 1, 1, 36_500),
   }
 }

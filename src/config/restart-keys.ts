@@ -17,10 +17,13 @@ const RESTART_KEYS: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['shutdown_grace_seconds', (c) => c.shutdownGraceSeconds],
   ['shutdown_delay_seconds', (c) => c.shutdownDelaySeconds],
   ['log_level', (c) => c.logLevel],
+  ['log_format', (c) => c.logFormat],
   ['features', (c) => c.features],
   ['audit', (c) => c.audit],
   ['auth', (c) => c.auth],
   ['postgres', (c) => c.postgres],
+  // The listener is bound at startup; the token is compared as a digest made then.
+  ['admin', (c) => c.admin],
 ]
 
 /**

@@ -21,6 +21,8 @@ export interface Config {
   /** After SIGTERM, how long /readyz says 503 while the listener still accepts (load balancers catch up). */
   readonly shutdownDelaySeconds: number
   readonly logLevel: LogLevel
+  /** `log_format`: how application logs are written on stderr (log.ts). */
+  readonly logFormat: LogFormat
   readonly features: Features
   readonly audit: AuditConfig
   readonly auth: AuthConfig
@@ -28,6 +30,15 @@ export interface Config {
   readonly policy: PolicyConfig | null
   readonly postgres: PostgresConfig | null
   readonly toolRefusals: ToolRefusals
+  /** The admin API (src/admin/); null: no admin listener (the default). */
+  readonly admin: AdminConfig | null
+}
+
+/** `admin:`: the admin API's own listener and its bearer token (at least 32 bytes). */
+export interface AdminConfig {
+  readonly listen: { readonly host: string; readonly port: number }
+  /** A secret: never logged, never part of a problem text. */
+  readonly token: string
 }
 
 /**
@@ -49,6 +60,9 @@ export interface HttpConfig {
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug'
 
+/** `auto`: a human line per event when stderr is a terminal, else one JSON object per line. */
+export type LogFormat = 'auto' | 'json' | 'text'
+
 export interface UpstreamConfig {
   /** Absolute http(s) URL without a trailing slash; request path and query are appended. */
   readonly url: string
@@ -69,6 +83,8 @@ export interface AuditConfig {
   readonly spillFile: string
   /** Entries held in memory per sink before new ones are dropped (and counted). */
   readonly maxQueueEntries: number
+  /** Rows of audit_entries older than this many days are deleted (Postgres storage only); null keeps them all. */
+  readonly retentionDays: number | null
 }
 
 export type AuthConfig = JwtAuthConfig | HeaderAuthConfig

@@ -1,13 +1,19 @@
 import type { Server } from 'node:http'
 import type { Pool } from 'pg'
+import { adminRoutes } from '../admin/routes'
+import { AdminServer } from '../admin/server'
 import { JsonlAuditSink } from '../audit/jsonl-sink'
 import { auditReservationStage } from '../audit/reservation-stage'
 import { AuditTrail } from '../audit/trail'
+import { auditRetention } from '../audit/retention'
 import { PostgresAuditSink } from '../audit/postgres-sink'
 import { AuditSpill } from '../audit/spill'
 import { AuditWriter } from '../audit/writer'
 import { HeaderAuthenticator } from '../auth/header-authenticator'
 import { JwtAuthenticator } from '../auth/jwt-authenticator'
+import { revocationStage } from '../auth/revocation-stage'
+import { MemoryRevocationList, type RevocationList } from '../auth/revocations'
+import { PostgresRevocationList } from '../auth/revocations-postgres'
 import { type Authenticator, authStage } from '../auth/stage'
 import { FailOpenWindow } from '../budget/fail-open-window'
 import { LocalLimiter } from '../budget/local-limiter'
@@ -19,6 +25,7 @@ import { StartingBudgetStore } from '../budget/starting-store'
 import type { BudgetStore } from '../budget/store'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
 import { concurrencyStage } from '../concurrency/stage'
+import { diffConfigs } from '../config/diff'
 import { keysNeedingRestart } from '../config/restart-keys'
 import type { Config } from '../config/types'
 import { pathStage } from '../http/path-stage'
@@ -26,7 +33,7 @@ import { httpStage } from '../http/stage'
 import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger, RateLimitedLog } from '../log'
-import { Metrics } from '../metrics'
+import { Metrics, labelledNames } from '../metrics'
 import type { ReadinessCheck } from '../readiness'
 import type { Stage } from '../pipeline/stage'
 import { compilePolicy } from '../policy/compile'
@@ -37,6 +44,7 @@ import { PostgresBringUp } from '../postgres/bring-up'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
+import { upstreamFailureReporter } from '../upstream/failures'
 import { Upstream } from '../upstream/forward'
 import { LegacyStreams } from '../upstream/legacy-streams'
 import { Gateway } from './gateway'
@@ -57,6 +65,10 @@ export interface RunningGateway {
   readonly server: Server
   readonly metrics: Metrics
   readonly audit: AuditTrail
+  /** The revocation list requests are judged against (memory, or the shared Postgres one). */
+  readonly revocations: RevocationList
+  /** http://host:port of the admin API's listener (admin.listen; the real port for 0), or null when it is off. */
+  readonly adminUrl: string | null
   /** Graceful stop: readiness 503, stop accepting, let in-flight requests finish (bounded), flush audit, release. */
   shutdown(): Promise<void>
   /**
@@ -73,11 +85,11 @@ export interface RunningGateway {
  * draining, reloading and stopping.
  */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
-  const log = options.log ?? createLogger(config.logLevel)
+  const log = options.log ?? createLogger(config.logLevel, { format: config.logFormat })
   const metrics = new Metrics(options.processMetrics ?? false)
   /** Released in reverse order of acquisition at shutdown, after the audit trail is flushed. */
   const closers: Closer[] = []
-  const opened: { audit: AuditTrail | null } = { audit: null }
+  const opened: Opened = { audit: null, revocations: null, admin: null }
   let lifecycle: Lifecycle | null = null
   let parts: LifecycleParts
   try {
@@ -101,9 +113,19 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     server: started.server,
     metrics,
     audit: parts.audit,
+    revocations: opened.revocations as RevocationList,
+    adminUrl: opened.admin?.url ?? null,
     shutdown: () => started.shutdown(),
     reload: (next) => started.reload(next),
   }
+}
+
+/** What wire() has opened so far, for startGateway to release on failure or hand out. */
+interface Opened {
+  audit: AuditTrail | null
+  revocations: RevocationList | null
+  /** The admin API's listener, when admin.listen is set. */
+  admin: AdminServer | null
 }
 
 /** Opens every adapter the config asks for and wires the stages, the gateway and the local routes. */
@@ -113,7 +135,7 @@ async function wire(
   log: Logger,
   metrics: Metrics,
   closers: Closer[],
-  opened: { audit: AuditTrail | null },
+  opened: Opened,
   draining: () => boolean,
 ): Promise<LifecycleParts> {
   const readiness: ReadinessCheck[] = []
@@ -129,27 +151,45 @@ async function wire(
   const authenticator = await openAuthenticator(config, log)
   closers.push(() => authenticator.close?.())
   const store = await openBudgetStore(config, postgres, options.budgetStore, metrics, log, closers)
+  if (postgres !== null && config.audit.retentionDays !== null) {
+    openAuditRetention(config.audit.retentionDays, postgres, metrics, log, closers)
+  }
+  // Built before the stages (its stage follows auth) and handed to the admin listener when there is one.
+  const revocations = (opened.revocations = openRevocations(postgres, metrics, log, closers))
   // Pushed after every Postgres user, so it is closed before them: no step starts a reaper or a
   // heartbeat after its closer ran.
   if (postgres !== null) {
     closers.push(() => postgres.bringUp.close())
     await launchPostgres(config, postgres, log)
   }
-  const upstream = new Upstream(config.upstream, config.http.trustedProxies)
+  const upstream = new Upstream(
+    config.upstream,
+    config.http.trustedProxies,
+    upstreamFailureReporter((kind) => metrics.upstreamError(kind), log, config.upstream.url),
+  )
   closers.push(() => upstream.destroy())
-  const stages = stageChain(config, { audit, authenticator, store, metrics, log })
+  // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
+  metrics.nameLabels(labelledNames(config.budget, config.policy))
+  const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log })
   const gateway = new Gateway(stages.build(config), upstream, audit, log, config.toolRefusals, stages.legacyStreams)
 
   let current = config
+  // The last config read from the file (current mixes it with startup values): the next reload's diff starts from it.
+  let loaded = config
   const applyReload = (next: Config): string[] => {
     const restartNeeded = keysNeedingRestart(current, next)
+    const diff = diffConfigs(loaded, next, restartNeeded)
+    loaded = next
     const restarted = store === null ? [] : restartedBuckets(current.budget, next.budget)
     current = { ...current, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals }
     gateway.replaceStages(stages.build(current), current.toolRefusals)
+    metrics.nameLabels(labelledNames(current.budget, current.policy))
     audit.reopen()
     log.info('configuration reloaded: budget, policy and tool_refusals apply to new requests; budget counts kept', {
       restart_needed_for: restartNeeded,
+      ...diff.summary,
     })
+    for (const change of diff.changes) log.info('configuration key changed', { ...change })
     if (restartNeeded.length > 0) log.warn('changed settings take effect only after a restart', { keys: restartNeeded })
     if (restarted.length > 0)
       log.warn('budget windows whose length changed start counting afresh; the rest keep their counts', { buckets: restarted })
@@ -161,9 +201,21 @@ async function wire(
     isShuttingDown: draining,
     beforeMetrics: () => audit.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
-    readyDetails: store === null ? undefined : () => stages.budgetDetails(),
+    readyDetails: () => ({ ...(store === null ? {} : stages.budgetDetails()), ...revocations.details() }),
   })
-  return { gateway, routes, audit, log, closers, applyReload }
+  if (config.admin !== null) {
+    // Last, once everything it reads exists: a reload changes the budget config it reports on.
+    const routesOfAdmin = adminRoutes({
+      store,
+      config: () => current.budget,
+      scope: config.features.postgresStorage ? 'all replicas' : 'this replica',
+      revocations,
+    })
+    const admin = (opened.admin = await AdminServer.start(config.admin, config, routesOfAdmin, audit, log))
+    closers.push(() => admin.close()) // a startup that fails after this point releases it here
+  }
+  const listeners = opened.admin === null ? [] : [() => opened.admin?.close()]
+  return { gateway, routes, audit, log, closers, listeners, applyReload }
 }
 
 /** The request stages, in order, as a function of the reloadable config (budget and policy). */
@@ -182,13 +234,14 @@ interface StageChain {
 interface StageParts {
   readonly audit: AuditTrail
   readonly authenticator: Authenticator
+  readonly revocations: RevocationList
   readonly store: BudgetStore | null
   readonly metrics: Metrics
   readonly log: Logger
 }
 
 function stageChain(config: Config, parts: StageParts): StageChain {
-  const { audit, authenticator, store, metrics, log } = parts
+  const { audit, authenticator, revocations, store, metrics, log } = parts
   // One limiter for the process, in the stages every reload reuses, so the counts of requests in
   // flight survive a reload (max_concurrent_per_identity itself is a restart key).
   const concurrency = new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity)
@@ -196,6 +249,8 @@ function stageChain(config: Config, parts: StageParts): StageChain {
   const leading = [
     httpStage(config.http),
     authStage(authenticator, config.auth),
+    // On every request, a token answered from the token cache included: a revocation applies at once.
+    revocationStage(revocations, config.auth, () => metrics.revokedRequests.inc()),
     pathStage(),
     jsonRpcStage(config.limits),
     // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before a
@@ -270,6 +325,7 @@ async function openAuditTrail(
     })
     writers.push(pgWriter)
     readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled, notReady: () => bringUp.cause }))
+    metrics.observeAuditSpill(pgWriter.sink.name, [spill.path, spill.replayingPath])
     // Entries spilled while the database was unreachable, or had no audit_entries table yet (a start
     // during an outage), go in once it is brought up rather than at the writer's next replay tick.
     bringUp.add({
@@ -279,7 +335,41 @@ async function openAuditTrail(
       },
     })
   }
+  for (const w of writers) metrics.auditQueueLimit.labels(w.sink.name).set(config.audit.maxQueueEntries)
   return new AuditTrail(writers, metrics, log)
+}
+
+/**
+ * audit.retention_days: one replica at a time deletes old audit_entries rows in batches. Started by
+ * a bring-up step (after the migrations: the table must exist), stopped by its closer before the pool ends.
+ */
+function openAuditRetention(days: number, postgres: OpenedPostgres, metrics: Metrics, log: Logger, closers: Closer[]): void {
+  const retention = auditRetention(postgres.pool, log, days, {
+    onDeleted: (rows) => {
+      metrics.auditRetentionDeleted.inc(rows)
+      log.info('audit retention deleted old audit entries', { rows, retention_days: days })
+    },
+  })
+  closers.push(() => retention.close())
+  postgres.bringUp.add({ name: 'audit retention', run: () => retention.start() })
+}
+
+/**
+ * The revocation list: with Postgres storage the shared table (loaded by a bring-up step once the
+ * migrations have made it, then refreshed every 250 ms until its closer runs; empty and reported stale
+ * until the first load), else this process's own list.
+ */
+function openRevocations(postgres: OpenedPostgres | null, metrics: Metrics, log: Logger, closers: Closer[]): RevocationList {
+  if (postgres === null) {
+    const list = new MemoryRevocationList()
+    metrics.observeRevocations(() => list.stats())
+    return list
+  }
+  const list = new PostgresRevocationList(postgres.pool, { log, onRefreshFailed: () => metrics.revocationRefreshFailures.inc() })
+  metrics.observeRevocations(() => list.stats())
+  closers.push(() => list.close())
+  postgres.bringUp.add({ name: 'revocation list', run: () => list.start() })
+  return list
 }
 
 /**

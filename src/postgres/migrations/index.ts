@@ -2,6 +2,8 @@ import { initial } from './001-initial'
 import { windowClock } from './002-window-clock'
 import { chargedBuckets } from './003-charged-buckets'
 import { coalescedAdmission } from './004-coalesced-admission'
+import { auditQueries } from './005-audit-queries'
+import { revocations } from './006-revocations'
 
 /** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
 export interface Migration {
@@ -11,4 +13,4 @@ export interface Migration {
 }
 
 /** Every migration, oldest first. A new one gets the next version and its own file. */
-export const MIGRATIONS: readonly Migration[] = [initial, windowClock, chargedBuckets, coalescedAdmission]
+export const MIGRATIONS: readonly Migration[] = [initial, windowClock, chargedBuckets, coalescedAdmission, auditQueries, revocations]
