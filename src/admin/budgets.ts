@@ -3,7 +3,8 @@ import { identityKey, tenantKey, toolKey, windowKey } from '../budget/keys'
 import type { BucketKind, BucketReading, BucketSelection, BudgetStore } from '../budget/store'
 import type { BucketLimit, BudgetConfig } from '../config/types'
 import { hasControlCharacters } from '../pipeline/exchange'
-import type { AdminAnswer, AdminRequest } from './server'
+import { targetValue } from './revocations'
+import { type AdminAnswer, type AdminRequest, onTarget } from './server'
 
 /** What the budget routes need from the running gateway. */
 export interface BudgetAdminParts {
@@ -55,7 +56,7 @@ export function getBudgets(parts: BudgetAdminParts): (req: AdminRequest) => Prom
     const checked = prepare(parts, req, false)
     if ('status' in checked) return checked
     const { store, views, selection, filters, notes } = checked
-    const readings = await (store.inspect?.(selection) ?? Promise.resolve([]))
+    const readings = await onTarget(describeFilters(filters), store.inspect?.(selection) ?? Promise.resolve([]))
     const buckets = readings.map((r) => render(viewOf(r.key, views, parts.config()), r))
     return {
       status: 200,
@@ -67,16 +68,17 @@ export function getBudgets(parts: BudgetAdminParts): (req: AdminRequest) => Prom
 }
 
 /**
- * DELETE /budgets: resets exactly the buckets GET shows for the same filters (at least one filter: a
- * reset of everything is not offered), for this replica (memory) or every replica (Postgres). Returns
- * what it reset, with what each had used.
+ * DELETE /budgets: resets the buckets GET shows for the same filters (at least one filter: a reset of
+ * everything is not offered), except that with an identity the shared tenant and tool buckets are kept
+ * unless `kind` names them; for this replica (memory) or every replica (Postgres). Returns what it
+ * reset, with what each had used.
  */
 export function resetBudgets(parts: BudgetAdminParts): (req: AdminRequest) => Promise<AdminAnswer> {
   return async (req) => {
     const checked = prepare(parts, req, true)
     if ('status' in checked) return checked
     const { store, views, selection, filters, notes } = checked
-    const readings = await (store.reset?.(selection) ?? Promise.resolve([]))
+    const readings = await onTarget(describeFilters(filters), store.reset?.(selection) ?? Promise.resolve([]))
     const reset = readings.map((r) => render(viewOf(r.key, views, parts.config()), r))
     const summary = reset.map((b) => `${b.kind} ${JSON.stringify(b.name)} ${b.window_seconds}s (used ${b.used})`).join(', ')
     return {
@@ -124,7 +126,7 @@ function prepare(parts: BudgetAdminParts, req: AdminRequest, resetting: boolean)
     return { ...refusal(501, `this budget store cannot ${resetting ? 'reset' : 'show'} buckets`), target }
   }
   const notes: string[] = []
-  const views = bucketsFor(parts.config(), filters, notes)
+  const views = bucketsFor(parts.config(), filters, notes, resetting)
   const config = parts.config()
   const prefixes: string[] = []
   if (filters.identity !== null && config.repeatLimit !== null && (filters.kind === null || filters.kind === 'repeat')) {
@@ -161,10 +163,18 @@ function readFilters(query: URLSearchParams): Filters {
   return { identity, tenant, tool, kind: kind as BucketKind | null }
 }
 
-/** The configured bucket windows the filters select, by storage key. */
-function bucketsFor(config: BudgetConfig, f: Filters, notes: string[]): Map<string, BucketView> {
+/**
+ * The configured bucket windows the filters select, by storage key. A reset that names an identity
+ * leaves the shared buckets (its tenant's, a tool's) alone unless `kind` asks for them: resetting one
+ * caller must not hand every other caller of the tenant or tool a fresh window.
+ */
+function bucketsFor(config: BudgetConfig, f: Filters, notes: string[], resetting: boolean): Map<string, BucketView> {
   const views = new Map<string, BucketView>()
-  const wants = (kind: BucketKind): boolean => f.kind === null || f.kind === kind
+  const sharedKept = resetting && f.identity !== null && f.kind === null
+  const wants = (kind: BucketKind): boolean => {
+    if (sharedKept && (kind === 'tenant' || kind === 'tool')) return false
+    return f.kind === null || f.kind === kind
+  }
   const add = (kind: BucketKind, bucketKey: string, name: string, limits: readonly BucketLimit[], tenant?: string): void => {
     if (!wants(kind)) return
     for (const l of limits) {
@@ -175,13 +185,19 @@ function bucketsFor(config: BudgetConfig, f: Filters, notes: string[]): Map<stri
   if (f.identity !== null && tenant !== null) add('identity', identityKey(tenant, f.identity), f.identity, config.limits, tenant)
   if (tenant !== null) {
     const limits = config.tenants[tenant]
-    if (limits !== undefined) add('tenant', tenantKey(tenant), tenant, limits)
-    else if (wants('tenant')) notes.push(`tenant ${JSON.stringify(tenant)} has no bucket of its own (it is not under budget.tenants)`)
+    if (limits !== undefined && sharedKept) {
+      notes.push(`tenant ${JSON.stringify(tenant)}'s shared bucket is kept: reset it with tenant alone, or kind=tenant`)
+    } else if (limits !== undefined) add('tenant', tenantKey(tenant), tenant, limits)
+    else if (f.kind === null || f.kind === 'tenant')
+      notes.push(`tenant ${JSON.stringify(tenant)} has no bucket of its own (it is not under budget.tenants)`)
   }
   if (f.tool !== null) {
     const tool = Object.hasOwn(config.tools, f.tool) ? config.tools[f.tool] : undefined
-    if (tool !== undefined && tool.limits.length > 0) add('tool', toolKey(f.tool), f.tool, tool.limits)
-    else if (wants('tool')) notes.push(`tool ${JSON.stringify(f.tool)} has no bucket of its own (it is not under budget.tools with limits)`)
+    if (tool !== undefined && tool.limits.length > 0 && sharedKept) {
+      notes.push(`tool ${JSON.stringify(f.tool)}'s shared bucket is kept: reset it with tool alone, or kind=tool`)
+    } else if (tool !== undefined && tool.limits.length > 0) add('tool', toolKey(f.tool), f.tool, tool.limits)
+    else if (f.kind === null || f.kind === 'tool')
+      notes.push(`tool ${JSON.stringify(f.tool)} has no bucket of its own (it is not under budget.tools with limits)`)
     if (f.identity !== null && config.repeatLimit !== null && wants('repeat')) {
       notes.push('repeat buckets are listed for every tool of the identity: their keys hold a hash of the call, not the tool name')
     }
@@ -252,9 +268,9 @@ function render(view: BucketView, r: BucketReading): BucketReport {
 
 function describeFilters(f: Filters): string {
   const parts: string[] = []
-  if (f.identity !== null) parts.push(`identity=${f.identity}`)
-  if (f.tenant !== null) parts.push(`tenant=${f.tenant}`)
-  if (f.tool !== null) parts.push(`tool=${f.tool}`)
+  if (f.identity !== null) parts.push(`identity=${targetValue(f.identity)}`)
+  if (f.tenant !== null) parts.push(`tenant=${targetValue(f.tenant)}`)
+  if (f.tool !== null) parts.push(`tool=${targetValue(f.tool)}`)
   if (f.kind !== null) parts.push(`kind=${f.kind}`)
   return parts.join(' ')
 }

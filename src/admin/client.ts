@@ -51,12 +51,15 @@ export async function callAdmin(baseUrl: string, token: string, call: AdminCall)
       signal: AbortSignal.timeout(timeoutMs),
     })
   } catch (err) {
-    const e = err as Error & { cause?: { code?: string } }
-    if (e.name === 'TimeoutError') throw new AdminClientError(`the admin API at ${baseUrl} did not answer within ${timeoutMs / 1000} s`)
-    const code = e.cause?.code ?? e.message
-    throw new AdminClientError(`cannot reach the admin API at ${baseUrl} (${code}): is the gateway running with this admin.listen?`)
+    throw failed(err, baseUrl, timeoutMs, call.method)
   }
-  const text = await res.text()
+  let text: string
+  try {
+    // The timeout covers the body too: a gateway that sent its headers and then hung ends here.
+    text = await res.text()
+  } catch (err) {
+    throw failed(err, baseUrl, timeoutMs, call.method)
+  }
   let body: unknown
   try {
     body = text === '' ? null : JSON.parse(text)
@@ -72,6 +75,18 @@ export async function callAdmin(baseUrl: string, token: string, call: AdminCall)
     throw new AdminClientError(`the admin API refused the token (401): admin.token in this config differs from the running gateway's`, 401)
   }
   throw new AdminClientError(`${res.status}: ${typeof message === 'string' ? message : text.trim()}`, res.status)
+}
+
+/** Why no usable answer came: the timeout, or the connection (refused, reset, …). */
+function failed(err: unknown, baseUrl: string, timeoutMs: number, method: AdminCall['method']): AdminClientError {
+  const e = err as Error & { cause?: { code?: string } }
+  if (e.name === 'TimeoutError') {
+    // A revoke or reset waiting on a hung database may still be applied after we stop waiting.
+    const change = method === 'GET' ? '' : ' (the change may still be applied: check before retrying)'
+    return new AdminClientError(`the admin API at ${baseUrl} did not answer within ${timeoutMs / 1000} s${change}`)
+  }
+  const code = e.cause?.code ?? e.message
+  return new AdminClientError(`cannot reach the admin API at ${baseUrl} (${code}): is the gateway running with this admin.listen?`)
 }
 
 /** The local user, for the audit trail's `admin:<name>` (a hint, not an identity). */

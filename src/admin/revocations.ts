@@ -1,6 +1,6 @@
 import { DEFAULT_TENANT, checkPrincipal } from '../auth/principal'
 import { ALL_IDENTITIES, RevocationInputError, type RevocationList } from '../auth/revocations'
-import type { AdminAnswer, AdminRequest } from './server'
+import { type AdminAnswer, type AdminRequest, AdminStoreFailure, onTarget } from './server'
 
 const BODY_KEYS = ['identity', 'tenant', 'until', 'reason']
 
@@ -25,7 +25,7 @@ export function createRevocation(list: RevocationList): (req: AdminRequest) => P
     const target = describe(identity, tenant)
     let until: Date | null = null
     if (o.until !== undefined && o.until !== null) {
-      if (typeof o.until !== 'string' || !ISO_TIME.test(o.until) || Number.isNaN(Date.parse(o.until))) {
+      if (typeof o.until !== 'string' || !ISO_TIME.test(o.until) || Number.isNaN(Date.parse(o.until)) || !realDay(o.until)) {
         return { ...refusal(400, 'until must be an ISO 8601 time with a zone (2026-12-01T18:00:00Z) or null'), target }
       }
       until = new Date(o.until)
@@ -37,7 +37,7 @@ export function createRevocation(list: RevocationList): (req: AdminRequest) => P
       return { status: 201, body: { revocation }, target, reason: `revoked ${end}${revocation.reason ? `: ${revocation.reason}` : ''}` }
     } catch (err) {
       if (err instanceof RevocationInputError) return { ...refusal(400, err.message), target }
-      throw err
+      throw new AdminStoreFailure(err, target)
     }
   }
 }
@@ -66,7 +66,7 @@ export function removeRevocation(list: RevocationList): (req: AdminRequest) => P
     const target = describe(identity, tenant)
     const problem = (identity === ALL_IDENTITIES ? null : checkPrincipal('identity', identity)) ?? checkPrincipal('tenant', tenant)
     if (problem !== null) return { ...refusal(400, problem), target }
-    const removed = await list.remove(identity, tenant)
+    const removed = await onTarget(target, list.remove(identity, tenant))
     if (!removed)
       return { ...refusal(404, `no revocation for identity ${JSON.stringify(identity)} in tenant ${JSON.stringify(tenant)}`), target }
     return { status: 200, body: { removed: { identity, tenant } }, target, reason: 'revocation lifted' }
@@ -76,10 +76,21 @@ export function removeRevocation(list: RevocationList): (req: AdminRequest) => P
 /** A date and time with a zone (Z or ±hh:mm): Date.parse alone would read `2026-12-01` or `Dec 1` in some zone of its choosing. */
 const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/
 
+/** Date.parse rolls a day past the month's end over (2026-02-31 reads as March 3): such a day is refused, not moved. */
+function realDay(text: string): boolean {
+  const [y, m, d] = text.slice(0, 10).split('-').map(Number)
+  return d >= 1 && d <= new Date(Date.UTC(y, m, 0)).getUTCDate()
+}
+
 function refusal(status: number, message: string): AdminAnswer {
   return { status, body: { error: message }, reason: message }
 }
 
 function describe(identity: string, tenant: string): string {
-  return `identity=${identity} tenant=${tenant}`
+  return `identity=${targetValue(identity)} tenant=${targetValue(tenant)}`
+}
+
+/** A value of the audit target as it is, or JSON-quoted when it holds a space, `=`, `"` or `\\` (so `identity=x tenant=acme` names one caller only). */
+export function targetValue(value: string): string {
+  return /^[^\s="\\]+$/.test(value) ? value : JSON.stringify(value)
 }

@@ -9,6 +9,23 @@ import type { Logger } from '../log'
 import { listenOrExplain } from '../server/listen'
 import { hasControlCharacters } from '../pipeline/exchange'
 
+/** A store or list failure (the database down) in a route, with the target it was acting on, for the audit entry. */
+export class AdminStoreFailure extends Error {
+  constructor(
+    readonly failure: unknown,
+    readonly target: string,
+  ) {
+    super(describeError(failure))
+  }
+}
+
+/** Runs a store or list call of a route: a failure keeps the route's target (who was being revoked or reset). */
+export function onTarget<T>(target: string, work: Promise<T>): Promise<T> {
+  return work.catch((err: unknown) => {
+    throw new AdminStoreFailure(err, target)
+  })
+}
+
 /** A request to the admin API as a route sees it: validated method and path, the query, the JSON body. */
 export interface AdminRequest {
   readonly query: URLSearchParams
@@ -180,9 +197,15 @@ export class AdminServer {
         for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v)
       } else {
         // A store or list failure (the database down): the operator gets the cause, the process goes on.
-        const message = `admin.${name} failed: ${describeError(err)}`
-        this.log.warn('admin API call failed', { action: name, error: describeError(err) })
-        answer = { status: 503, body: { error: message }, reason: message }
+        const cause = err instanceof AdminStoreFailure ? err.failure : err
+        const message = `admin.${name} failed: ${describeError(cause)}`
+        this.log.warn('admin API call failed', { action: name, error: describeError(cause) })
+        answer = {
+          status: 503,
+          body: { error: message },
+          reason: message,
+          ...(err instanceof AdminStoreFailure ? { target: err.target } : {}),
+        }
       }
     }
     // A body left unread (a refusal before it, or one too large) would be taken for the next request.

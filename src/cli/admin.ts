@@ -96,6 +96,10 @@ async function run(configPath: string, opts: CommonOptions, body: (target: Admin
       throw err
     }
     if (admin === null) throw new UsageError(`${configPath}: the admin API is off (admin.listen is not set)`)
+    if (admin.listen.port === 0) {
+      // Port 0 is a fresh port each start: only the running gateway knows it (its log line "admin API listening").
+      throw new UsageError(`${configPath}: admin.listen has port 0, so the CLI cannot know the admin API's port: set a fixed port`)
+    }
     const out = await body({ baseUrl: adminBaseUrl(admin), token: admin.token, timeoutMs: timeout * 1000, json: opts.json === true })
     process.stdout.write(out.endsWith('\n') ? out : `${out}\n`)
   } catch (err) {
@@ -147,7 +151,10 @@ export function untilTime(text: string, nowMs: number): string {
   if (duration !== null) {
     const seconds = Number(duration[1]) * UNITS[duration[2]]
     if (seconds <= 0) throw new UsageError('--until must be a duration above zero')
-    return new Date(nowMs + seconds * 1000).toISOString()
+    const until = new Date(nowMs + seconds * 1000)
+    // Past year 275760 a Date is invalid (toISOString would throw "Invalid time value").
+    if (Number.isNaN(until.getTime()) || until.getUTCFullYear() > 9999) throw new UsageError(`--until ${text} ends after the year 9999`)
+    return until.toISOString()
   }
   if (/^\d{4}-\d{2}-\d{2}T/.test(text)) return text // the API checks it, with a precise message
   throw new UsageError(

@@ -29,6 +29,13 @@ export function readAdmin(r: Reader, value: unknown, mainListen: Config['listen'
     token = r.string(o.token, 'admin.token', '', { nonEmpty: true })
     if (token !== '' && Buffer.byteLength(token, 'utf8') < MIN_ADMIN_TOKEN_BYTES) {
       r.note('admin.token', `must be at least ${MIN_ADMIN_TOKEN_BYTES} bytes (its value is not shown; openssl rand -hex 32 makes one)`)
+    } else if (token !== '' && !/^[\x21-\x7e]+$/.test(token)) {
+      // A bearer token travels in a header as one word: a space, a line break (an env file's trailing
+      // newline) or a non-ASCII character could never be sent back equal, so every call would get 401.
+      r.note(
+        'admin.token',
+        'must be printable ASCII without spaces or line breaks (its value is not shown; openssl rand -hex 32 makes one)',
+      )
     }
   }
   if (listen !== null && mainListen !== null && sharesListener(listen, mainListen)) {

@@ -107,6 +107,23 @@ describe('GET and DELETE /budgets (memory store)', () => {
     ])
   })
 
+  test('DELETE with an identity and no kind resets that caller only: its tenant bucket is kept, and a reset of the tenant alone clears it', async () => {
+    expect((await call('carol')).status).toBe(200)
+    expect((await call('carol')).status).toBe(200)
+    const tenantUsed = (): Promise<number> =>
+      adminCall('GET', '/budgets?tenant=acme').then((r) => (r.body.buckets as Bucket[]).find((b) => b.kind === 'tenant')?.used ?? -1)
+    const before = await tenantUsed()
+    expect(before).toBeGreaterThanOrEqual(2)
+    const r = await adminCall('DELETE', '/budgets?identity=carol&tenant=acme')
+    expect(r.status).toBe(200)
+    expect((r.body.reset as Bucket[]).map((b) => [b.kind, b.name, b.used])).toEqual([['identity', 'carol', 2]])
+    expect(r.body.notes).toEqual(expect.arrayContaining([expect.stringContaining('"acme"\'s shared bucket is kept')]))
+    expect(await tenantUsed()).toBe(before)
+    const t = await adminCall('DELETE', '/budgets?tenant=acme')
+    expect((t.body.reset as Bucket[]).map((b) => [b.kind, b.name, b.used])).toEqual([['tenant', 'acme', before]])
+    expect(await tenantUsed()).toBe(0)
+  })
+
   test('DELETE resets exactly the selected buckets, and the next call is admitted', async () => {
     expect((await call('bob')).status).toBe(200)
     expect((await call('bob')).status).toBe(200)
