@@ -67,24 +67,28 @@ export class Metrics {
     help: 'Audit entries that could not be written or queued, by sink',
     labelNames: ['sink'] as const,
     registers: [this.registry],
+    collect: (): Promise<void> => this.zeroBySink(this.auditDropped, false),
   })
   readonly auditSpilled = new Counter({
     name: 'wardline_audit_spilled_total',
     help: 'Audit entries written to the local spill file because their sink kept failing (replayed later), by sink',
     labelNames: ['sink'] as const,
     registers: [this.registry],
+    collect: (): Promise<void> => this.zeroBySink(this.auditSpilled, true),
   })
   readonly auditReplayed = new Counter({
     name: 'wardline_audit_replayed_total',
     help: 'Spilled audit entries written into their sink by a replay of the spill file, by sink',
     labelNames: ['sink'] as const,
     registers: [this.registry],
+    collect: (): Promise<void> => this.zeroBySink(this.auditReplayed, true),
   })
   readonly auditRejected = new Counter({
     name: 'wardline_audit_rejected_total',
     help: 'Spilled audit entries their sink refused for their data, moved to the quarantine file <spill_file>.rejected, by sink',
     labelNames: ['sink'] as const,
     registers: [this.registry],
+    collect: (): Promise<void> => this.zeroBySink(this.auditRejected, true),
   })
   readonly auditQueued = new Gauge({
     name: 'wardline_audit_queue_entries',
@@ -169,6 +173,10 @@ export class Metrics {
       labelNames: ['kind'] as const,
       registers: [this.registry],
     })
+    // labels() alone creates no series: a kind would first print at its first failure, and increase()
+    // and rate() read that first sample as the start, so a one-off burst would never show (alerts.yml).
+    for (const kind of UPSTREAM_ERROR_KINDS) upstreamErrors.inc({ kind }, 0)
+    for (const reason of ['unserved', 'late_verdict']) this.budgetRefunds.inc({ reason }, 0)
     this.upstreamErrorCounters = Object.fromEntries(UPSTREAM_ERROR_KINDS.map((k) => [k, upstreamErrors.labels(k)])) as Record<
       UpstreamErrorKind,
       Counter.Internal
@@ -232,6 +240,16 @@ export class Metrics {
   /** Where wardline_audit_spill_bytes{sink} is measured (stat at scrape time; a missing file is 0 bytes). */
   observeAuditSpill(sink: string, paths: readonly string[]): void {
     this.spillFiles.set(sink, paths)
+  }
+
+  /**
+   * Prints a per-sink counter at 0 for every sink (every sink with a spill file, when `spilling`) before
+   * its first count: a series born at its first count hides that count from increase(), so a single
+   * burst of drops or quarantined entries would never fire WardlineAuditDropped or WardlineAuditRejected.
+   */
+  private async zeroBySink(counter: Counter<'sink'>, spilling: boolean): Promise<void> {
+    const sinks = spilling ? [...this.spillFiles.keys()] : (await this.auditQueueLimit.get()).values.map((v) => String(v.labels.sink))
+    for (const sink of sinks) counter.inc({ sink }, 0)
   }
 
   /** Where wardline_ready comes from (server/routes.ts: the shared /readyz checks). */

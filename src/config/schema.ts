@@ -36,7 +36,8 @@ const ENTRY = '<name>'
 const NOWHERE = '/nonexistent-wardline-schema'
 
 /** `${VAR}` or `${VAR:-default}` somewhere in a string (env.ts). */
-const ENV_REFERENCE = '\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}'
+// Not after a `$`: env.ts reads `$${` as an escaped, literal `${`.
+const ENV_REFERENCE = '(?<!\\$)\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}'
 
 type Call =
   | { kind: 'object'; allowed: readonly string[] }
@@ -60,6 +61,8 @@ interface Probe {
   readonly choose?: readonly [string, string | boolean]
   /** Every number and string answers with a value other than its fallback (finds inherited defaults). */
   readonly perturb?: boolean
+  /** The list at this path has this many items (otherwise one). */
+  readonly items?: readonly [string, number]
 }
 
 interface Run {
@@ -107,7 +110,8 @@ class Recorder extends Reader {
     this.record(path, { kind: 'list' })
     if (value === undefined || value === null) return []
     this.present.add(path)
-    return [this.valueAt(join(path, 0))]
+    const n = this.probe.items?.[0] === path ? this.probe.items[1] : 1
+    return Array.from({ length: n }, (_, i) => this.valueAt(join(path, i)))
   }
 
   override string(_value: unknown, path: string, fallback: string, opts: { nonEmpty?: boolean } = {}): string {
@@ -147,6 +151,8 @@ class Recorder extends Reader {
 
   private valueAt(path: string): unknown {
     if (this.probe.absent.includes(path)) return undefined
+    // An empty list is a real one: a reader may tell `[]` from a value that is not a list (budget.limits).
+    if (this.probe.items?.[0] === path && this.probe.items[1] === 0) return []
     return this.probe.blank === path ? null : PRESENT
   }
 
@@ -174,6 +180,10 @@ interface Recording {
   /** Object key path → its parent object's path. */
   readonly keys: Map<string, string>
   readonly required: Set<string>
+  /** List path → how many items the readers accept (budget.limits: 1 to 8), when they bound it. */
+  readonly itemBounds: Map<string, { minItems?: number; maxItems?: number }>
+  /** Object path → keys each needing the others, that may all be left out together (admin: listen and token). */
+  readonly together: Map<string, string[]>
   readonly nullable: Set<string>
   /** Path → the default a left-out key reads as. */
   readonly defaults: Map<string, unknown>
@@ -248,7 +258,33 @@ function record(entry: Entry): Recording {
     const same = (c: Call | undefined): boolean => c !== undefined && 'fallback' in c && c.fallback === call.fallback
     if (same(leftOut) && same(perturbed)) defaults.set(key, call.fallback)
   }
-  return { calls, keys, required, nullable, defaults }
+  // Keys found required with a sibling present may be fine all left out (admin: neither listen nor
+  // token is "off"): a schema requiring them would refuse what check-config accepts.
+  const together = new Map<string, string[]>()
+  for (const parent of new Set([...required].map((k) => keys.get(k) as string))) {
+    const group = [...required].filter((k) => keys.get(k) === parent)
+    const ctx = contexts.find(({ probe, run: c }) => c.present.has(parent) && probe.absent.length === 0)
+    if (group.length < 2 || ctx === undefined) continue
+    const absent = run(entry, { ...ctx.probe, absent: group })
+    if (notesMore(absent.notes, ctx.run.notes, (p) => p === parent || within(p, parent))) continue
+    for (const k of group) required.delete(k)
+    together.set(parent, group)
+  }
+  // List lengths the readers refuse, by running them with 0, then 2, 4, … items (up to 4096).
+  const itemBounds = new Map<string, { minItems?: number; maxItems?: number }>()
+  for (const [path, list] of calls) {
+    const ctx = contexts.find(({ run: c }) => c.present.has(path))
+    if (!list.some((c) => c.kind === 'list') || ctx === undefined) continue
+    const refused = (n: number): boolean =>
+      notesMore(run(entry, { ...ctx.probe, items: [path, n] }).notes, ctx.run.notes, (p) => p === path)
+    let [ok, bad] = [1, 2]
+    while (bad <= 4096 && !refused(bad)) [ok, bad] = [bad, bad * 2]
+    while (bad <= 4096 && bad - ok > 1)
+      [ok, bad] = refused(Math.floor((ok + bad) / 2)) ? [ok, Math.floor((ok + bad) / 2)] : [Math.floor((ok + bad) / 2), bad]
+    const bounds = { ...(refused(0) ? { minItems: 1 } : {}), ...(bad <= 4096 ? { maxItems: ok } : {}) }
+    if (Object.keys(bounds).length > 0) itemBounds.set(path, bounds)
+  }
+  return { calls, keys, required, itemBounds, together, nullable, defaults }
 }
 
 /** True when `parent` is `path` or below it. */
@@ -296,12 +332,20 @@ function fragment(rec: Recording, path: string, call: Call, options: BuildOption
       const properties: Record<string, JsonSchema> = {}
       for (const key of call.allowed) properties[key] = build(rec, join(path, key), options)
       const required = call.allowed.filter((key) => rec.required.has(join(path, key)))
-      return { type: 'object', properties, ...(required.length > 0 ? { required } : {}), additionalProperties: false }
+      const together = (rec.together.get(path) ?? []).map((k) => k.slice(join(path, '').length))
+      const dependencies = Object.fromEntries(together.map((k) => [k, together.filter((o) => o !== k)]))
+      return {
+        type: 'object',
+        properties,
+        ...(required.length > 0 ? { required } : {}),
+        ...(together.length > 0 ? { dependencies } : {}),
+        additionalProperties: false,
+      }
     }
     case 'map':
       return { type: 'object', additionalProperties: build(rec, join(path, ENTRY), options) }
     case 'list':
-      return { type: 'array', items: build(rec, join(path, 0), options) }
+      return { type: 'array', items: build(rec, join(path, 0), options), ...rec.itemBounds.get(path) }
     case 'string':
       return { type: 'string', ...(call.nonEmpty ? { minLength: 1 } : {}) }
     case 'optionalString':

@@ -1,0 +1,177 @@
+import { readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { Metrics } from '../../src/metrics'
+import { DECISIONS } from '../../src/pipeline/exchange'
+import { UPSTREAM_ERROR_KINDS } from '../../src/upstream/failures'
+import { MCP_HEADERS, as, startHarness, tempDir, toolCall } from '../helpers/harness'
+import { findPromtool, firingAlerts, samples } from './obs-promtool'
+
+/**
+ * Red team (obs): deploy/prometheus/alerts.yml evaluated by Prometheus's own promtool over timelines
+ * of real /metrics text (one scrape a minute), before, during and after each condition. Each alert
+ * must fire when its condition holds and stay quiet otherwise.
+ *
+ * promtool is not an npm package: PROMTOOL=…, PATH, or Debian's `prometheus` package unpacked into a
+ * cache on first use (findPromtool). The zero-before-first-count test at the end needs no promtool.
+ */
+let promtool = ''
+beforeAll(() => {
+  promtool = findPromtool()
+}, 300_000)
+
+const SINK = 'postgres'
+
+/** A Metrics as compose.ts wires it for a Postgres-storage replica: a readiness verdict, one sink with a spill file. */
+function replica(dir: string, ready: { ok: boolean }): Metrics {
+  const m = new Metrics()
+  m.observeReadiness(() => Promise.resolve(ready.ok))
+  m.observeAuditSpill(SINK, [join(dir, 'spill.jsonl'), join(dir, 'spill.jsonl.replaying')])
+  m.auditQueueLimit.labels(SINK).set(100_000)
+  m.auditQueued.labels(SINK).set(0)
+  return m
+}
+
+/** `minutes` scrapes of `m`, after `step(minute)` and some allowed traffic each minute. */
+async function timeline(m: Metrics, minutes: number, step: (minute: number) => void): Promise<Map<string, number>[]> {
+  const out: Map<string, number>[] = []
+  for (let minute = 0; minute < minutes; minute++) {
+    for (let i = 0; i < 30; i++) m.recordRequest('allow', 0.01)
+    step(minute)
+    out.push(samples(await m.registry.metrics()))
+  }
+  return out
+}
+
+function fired(scrapes: Map<string, number>[]): Map<string, number[]> {
+  return firingAlerts(promtool, scrapes)
+}
+
+test('steady allowed traffic fires nothing', async () => {
+  const m = replica(tempDir(), { ok: true })
+  expect([...fired(await timeline(m, 20, () => {})).keys()]).toEqual([])
+})
+
+test('one burst of dropped audit entries (the sink counter born by it) fires WardlineAuditDropped', async () => {
+  const m = replica(tempDir(), { ok: true })
+  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.auditDropped.labels(SINK).inc(40)))
+  // Before the fix the series first appeared at 40 and increase() saw no rise: the alert never fired.
+  expect(alerts.get('WardlineAuditDropped')).toEqual(expect.arrayContaining([5]))
+  expect(Math.min(...(alerts.get('WardlineAuditDropped') ?? [99]))).toBe(5)
+  expect([...alerts.keys()]).toEqual(['WardlineAuditDropped'])
+})
+
+test('one batch of quarantined spilled entries fires WardlineAuditRejected, for an hour', async () => {
+  const m = replica(tempDir(), { ok: true })
+  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.auditRejected.labels(SINK).inc(3)))
+  expect(Math.min(...(alerts.get('WardlineAuditRejected') ?? [99]))).toBe(5)
+  expect([...alerts.keys()]).toEqual(['WardlineAuditRejected'])
+})
+
+test('a fail-open outage fires WardlineBudgetFailOpen within a minute, and it clears 5 minutes after the last one', async () => {
+  const m = replica(tempDir(), { ok: true })
+  const alerts = fired(await timeline(m, 25, (minute) => minute >= 5 && minute < 12 && m.budgetFailOpen.inc(10)))
+  const at = alerts.get('WardlineBudgetFailOpen') ?? []
+  expect(Math.min(...at)).toBe(6)
+  expect(Math.max(...at)).toBeLessThan(12 + 5)
+  expect([...alerts.keys()]).toEqual(['WardlineBudgetFailOpen'])
+})
+
+test('a spill backlog that stays 10 minutes fires WardlineAuditSpillPending; replayed, it clears', async () => {
+  const dir = tempDir()
+  const m = replica(dir, { ok: true })
+  const alerts = fired(
+    await timeline(m, 25, (minute) => {
+      if (minute === 3) writeFileSync(join(dir, 'spill.jsonl'), 'x'.repeat(4096))
+      if (minute === 18) rmSync(join(dir, 'spill.jsonl'))
+    }),
+  )
+  expect(alerts.get('WardlineAuditSpillPending')).toEqual([13, 14, 15, 16, 17])
+  expect([...alerts.keys()]).toEqual(['WardlineAuditSpillPending'])
+})
+
+test('a spill backlog replayed within 10 minutes stays quiet', async () => {
+  const dir = tempDir()
+  const m = replica(dir, { ok: true })
+  const alerts = fired(
+    await timeline(m, 20, (minute) => {
+      if (minute === 3) writeFileSync(join(dir, 'spill.jsonl'), 'x'.repeat(4096))
+      if (minute === 9) rmSync(join(dir, 'spill.jsonl'))
+    }),
+  )
+  expect([...alerts.keys()]).toEqual([])
+})
+
+test('not ready for 5 minutes fires WardlineNotReady after 2; ready again, it clears', async () => {
+  const ready = { ok: true }
+  const m = replica(tempDir(), ready)
+  const alerts = fired(await timeline(m, 15, (minute) => (ready.ok = minute < 5 || minute >= 10)))
+  expect(alerts.get('WardlineNotReady')).toEqual([7, 8, 9])
+  expect([...alerts.keys()]).toEqual(['WardlineNotReady'])
+})
+
+test('a single refused upstream connection (an MCP server restart) pages nobody', async () => {
+  const m = replica(tempDir(), { ok: true })
+  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.upstreamError('unreachable')))
+  // Before the fix: rate(…[5m]) > 0 stayed true for 5 minutes after one failure, so `for: 2m` fired a critical page at minute 7.
+  expect([...alerts.keys()]).toEqual([])
+})
+
+test('an upstream that stays down (real gateway, real sockets) fires WardlineUpstreamUnreachable, and nothing before', async () => {
+  const h = await startHarness({ mode: 'stateless-json' })
+  try {
+    const scrapes: Map<string, number>[] = []
+    for (let minute = 0; minute < 16; minute++) {
+      if (minute === 5) await h.upstream.close()
+      for (let i = 0; i < 3; i++) {
+        const res = await fetch(`${h.url}/mcp`, {
+          method: 'POST',
+          headers: { ...MCP_HEADERS, ...as('alice') },
+          body: JSON.stringify(toolCall('echo', { text: 'x' }, i)),
+        })
+        expect(res.status).toBe(minute < 5 ? 200 : 502)
+        await res.arrayBuffer()
+      }
+      scrapes.push(samples(await (await fetch(`${h.url}/metrics`)).text()))
+    }
+    const alerts = fired(scrapes)
+    const at = alerts.get('WardlineUpstreamUnreachable') ?? []
+    expect(Math.min(...at)).toBe(7)
+    expect(at).toContain(15)
+    // The error ratio (warning) follows after its 10 minutes: 3 of 3 calls fail.
+    expect(alerts.get('WardlineUpstreamErrors') ?? []).toEqual([15])
+    expect([...alerts.keys()].sort()).toEqual(['WardlineUpstreamErrors', 'WardlineUpstreamUnreachable'])
+  } finally {
+    await h.close()
+  }
+})
+
+test('every counter alerts.yml takes increase() or rate() of is on /metrics at 0 before its first count, for every sink and kind', async () => {
+  const dir = tempDir()
+  const m = replica(dir, { ok: true })
+  m.auditQueueLimit.labels('jsonl:/var/log/wardline/audit.jsonl').set(100_000)
+  const text = await m.registry.metrics()
+  const s = samples(text)
+  for (const kind of ['unreachable', 'timeout', 'reset', 'bad_response', 'other'])
+    expect(s.get(`wardline_upstream_errors_total{kind="${kind}"}`)).toBe(0)
+  for (const sink of [SINK, 'jsonl:/var/log/wardline/audit.jsonl']) expect(s.get(`wardline_audit_dropped_total{sink="${sink}"}`)).toBe(0)
+  for (const name of ['spilled', 'replayed', 'rejected']) expect(s.get(`wardline_audit_${name}_total{sink="${SINK}"}`)).toBe(0)
+  // A JSONL sink has no spill file: no spill series for it.
+  expect(text).not.toContain('wardline_audit_spilled_total{sink="jsonl')
+  for (const reason of ['unserved', 'late_verdict']) expect(s.get(`wardline_budget_refunds_total{reason="${reason}"}`)).toBe(0)
+  for (const name of ['budget_fail_open', 'budget_degraded', 'audit_backpressure']) expect(s.get(`wardline_${name}_total{}`)).toBe(0)
+})
+
+test('every label value the rules and panels match on (decision, kind, reason) is one the gateway prints', () => {
+  const root = resolve(__dirname, '../..')
+  const text =
+    readFileSync(join(root, 'deploy/prometheus/alerts.yml'), 'utf8') + readFileSync(join(root, 'deploy/grafana/wardline.json'), 'utf8')
+  const printable: Record<string, readonly string[]> = {
+    decision: DECISIONS,
+    kind: UPSTREAM_ERROR_KINDS,
+    reason: ['unserved', 'late_verdict'],
+  }
+  const matchers = [...text.matchAll(/(\w+)=~?\\?"([^"$\\]+)\\?"/g)].filter((m) => m[1] in printable)
+  expect(matchers.length).toBeGreaterThanOrEqual(5)
+  for (const [, label, value] of matchers)
+    for (const v of value.split('|')) expect(`${label}=${v}: ${printable[label].includes(v)}`).toBe(`${label}=${v}: true`)
+})
