@@ -76,10 +76,31 @@ export function addLogSecrets(log: Logger, values: readonly string[]): void {
   for (const value of values) if (value.length >= MIN_MASKED_SECRET_LENGTH) set.add(value)
 }
 
-/** `scheme://user:password@`: the password part, whatever the scheme (a DSN in a driver's error message). */
-const URL_PASSWORD = /([a-z][a-z0-9+.-]*:\/\/[^\s:/@"'?#]*:)[^\s@/"'?#]+@/gi
+/**
+ * `scheme://user:password@`: the password part, whatever the scheme (a DSN in a driver's error message).
+ * Up to the last `@` before the host, as URL parsers read it: `u:p@ss@db` has the password `p@ss`.
+ */
+const URL_PASSWORD = /([a-z][a-z0-9+.-]*:\/\/[^\s:/@"'?#]*:)[^\s/"'?#]+@/gi
 
-/** Replaces every secret in a text, and the password of any URL in it, by `***`. */
+/** A query parameter (`?code=`, `&api_key=`, `&X-Amz-Signature=`) and its value, up to the next `&`, `#`, quote or space. */
+const QUERY_PARAMETER = /([?&])([\w.~-]+)=([^&#\s"'\\]*)/g
+/** The last word of a parameter name (apiKey, client_secret, X-Amz-Signature) that says its value is a credential. */
+const SECRET_PARAMETER_WORDS = new Set('secret token password passwd pwd key sig signature code auth credential credentials'.split(' '))
+
+/**
+ * The password of any URL in a text, and the values of its credential-named query parameters (a
+ * jwks_url with `?code=`, an Azure SAS `&sig=`), as `***`: by their place, whatever their length.
+ */
+export function maskUrlSecrets(text: string): string {
+  if (!text.includes('://')) return text
+  return text.replace(URL_PASSWORD, '$1***@').replace(QUERY_PARAMETER, (all, sep: string, name: string, value: string) => {
+    const words = name.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase()
+    const last = words.slice(Math.max(words.lastIndexOf('_'), words.lastIndexOf('.'), words.lastIndexOf('-'), words.lastIndexOf('~')) + 1)
+    return value !== '' && SECRET_PARAMETER_WORDS.has(last) ? `${sep}${name}=***` : all
+  })
+}
+
+/** Replaces every secret in a text, and the credentials of any URL in it, by `***`. */
 export function redactText(text: string, secrets: Iterable<string>): string {
   let out = text
   for (const secret of secrets) {
@@ -88,7 +109,7 @@ export function redactText(text: string, secrets: Iterable<string>): string {
     const escaped = JSON.stringify(secret).slice(1, -1)
     if (escaped !== secret && out.includes(escaped)) out = out.split(escaped).join('***')
   }
-  return out.includes('://') ? out.replace(URL_PASSWORD, '$1***@') : out
+  return maskUrlSecrets(out)
 }
 
 /** The finished JSON line, with secrets masked after serialization (so the object logged is never changed). */
@@ -157,7 +178,7 @@ export function formatValue(value: unknown, inList = false): string {
 
 /** A value written without quotes: no space, quote, `=`, comma, brace, backslash or control character. */
 // eslint-disable-next-line no-control-regex -- control characters are what this matches
-const BARE = /^[^\s"'=,{}\\\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]+$/
+const BARE = /^[^\s"'=,{}\\\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029\u2060-\u2064\u202a-\u202e\u2066-\u2069\ufeff]+$/
 
 function formatKey(key: string): string {
   return /^[\w.\-[\]]+$/.test(key) ? key : quote(key)
@@ -169,10 +190,12 @@ function quote(text: string): string {
 
 /**
  * Control characters (C0, DEL, C1: a lone U+009B starts an escape sequence on many terminals), line and
- * paragraph separators, and the bidirectional overrides that make text read in another order.
+ * paragraph separators, the bidirectional overrides that make text read in another order, and the
+ * invisible ones (zero-width space and joiners, word joiner, BOM, soft hyphen): a tool `admin\u200b`
+ * must not read as `admin`.
  */
 // eslint-disable-next-line no-control-regex -- control characters are what this matches
-const CONTROL = /[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+const CONTROL = /[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029\u2060-\u2064\u202a-\u202e\u2066-\u2069\ufeff]/g
 const NAMED: Readonly<Record<string, string>> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
 
 /** Writes every control character as a visible escape (`\n`, `\x1b`, `\u202e`). */

@@ -42,11 +42,13 @@ const ENTRY_MAX_WIDTHS = [24, 32, 24, 24, 40, 12, 6, 10, 80]
 
 /**
  * C0 and C1 controls, DEL, and the bidirectional overrides and isolates: in a value they could move
- * the cursor, recolour or clear the operator's terminal, or show a name reversed. Shown as \xNN /
+ * the cursor, recolour or clear the operator's terminal, or show a name reversed. Invisible ones
+ * (zero-width space and joiners, BOM, soft hyphen, line separators) too: `alice\u200b` must not read as `alice`. Shown as \xNN /
  * \uNNNN in a table; JSONL escapes them anyway, and CSV is data for a program, kept as it is.
  */
-// eslint-disable-next-line no-control-regex -- control characters are what this matches
-const UNSAFE_FOR_TERMINAL = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g
+const UNSAFE_FOR_TERMINAL =
+  // eslint-disable-next-line no-control-regex -- control characters are what this matches
+  /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u2060-\u2064\u202a-\u202e\u2066-\u2069\ufeff]/g
 
 export function terminalSafe(text: string): string {
   return text.replace(UNSAFE_FOR_TERMINAL, (c) => {

@@ -109,8 +109,9 @@ export async function* jsonlEntries(path: string, filter: AuditFilter, skipped: 
 }
 
 /**
- * The rows to print: with a limit, the last `limit` matches of the file (a ring buffer of that many
- * entries, printed in file order once the file is read); with limit 0, every match as it is read.
+ * The rows to print: with a limit, the newest `limit` matches by timestamp (a heap of that many
+ * entries, printed oldest first once the file is read); with limit 0, every match in file order as it
+ * is read (the order requests ended in, which a long call makes differ from arrival order).
  */
 export async function* jsonlRows(
   path: string,
@@ -123,12 +124,33 @@ export async function* jsonlRows(
     yield* jsonlEntries(path, filter, skipped)
     return
   }
-  const ring: AuditEntry[] = new Array<AuditEntry>(limit)
+  // The newest by "timestamp", not the last lines: an entry is written when its request ends, so a long
+  // call that arrived first comes after later ones in the file. A min-heap of `limit` entries on
+  // (timestamp, line): the table's ("timestamp", id) order, since its ids follow the same writes.
+  const heap: { ms: number; n: number; entry: AuditEntry }[] = []
+  const less = (a: (typeof heap)[number], b: (typeof heap)[number]): boolean => a.ms < b.ms || (a.ms === b.ms && a.n < b.n)
   let seen = 0
-  for await (const entry of jsonlEntries(path, filter, skipped)) ring[seen++ % limit] = entry
+  for await (const entry of jsonlEntries(path, filter, skipped)) {
+    const item = { ms: Date.parse(entry.timestamp), n: seen++, entry }
+    if (heap.length < limit) {
+      heap.push(item)
+      for (let i = heap.length - 1, up = (i - 1) >> 1; i > 0 && less(heap[i], heap[up]); i = up, up = (i - 1) >> 1) {
+        ;[heap[i], heap[up]] = [heap[up], heap[i]]
+      }
+    } else if (less(heap[0], item)) {
+      heap[0] = item
+      for (let i = 0; ;) {
+        const l = 2 * i + 1
+        const m = l + 1 < heap.length && less(heap[l + 1], heap[l]) ? l + 1 : l
+        if (l >= heap.length || !less(heap[m], heap[i])) break
+        ;[heap[i], heap[m]] = [heap[m], heap[i]]
+        i = m
+      }
+    }
+  }
   found.more = seen > limit
-  const first = seen > limit ? seen % limit : 0
-  for (let i = 0; i < Math.min(seen, limit); i++) yield ring[(first + i) % limit]
+  heap.sort((a, b) => (less(a, b) ? -1 : less(b, a) ? 1 : 0))
+  for (const item of heap) yield item.entry
 }
 
 /**

@@ -11,8 +11,17 @@ export const FETCH_ROWS = 500
 /** Server-side bound on each statement: a summary over years of rows may be slow, but never hangs a terminal forever. */
 const STATEMENT_TIMEOUT_MS = 5 * 60_000
 
+/**
+ * A transaction left idle this long (a pager the operator stopped reading) is ended by the server: its
+ * snapshot would otherwise hold back vacuum of every table, budget_buckets' churn included.
+ */
+const IDLE_IN_TRANSACTION_MS = 10 * 60_000
+
 /** The audit query indexes arrived with this schema version (migration 005). */
 const INDEXED_SCHEMA_VERSION = 5
+
+/** Characters of `tool` in its index (migration 005): a B-tree entry cannot hold a caller's 3 KB target. */
+const TOOL_INDEX_PREFIX = 200
 
 /** One SQL statement and its parameters. */
 export interface Sql {
@@ -40,6 +49,17 @@ function where(filter: AuditFilter, values: unknown[]): string {
     if (g === null) return
     // COLLATE "C" on both sides: it is the indexes' collation (migration 005), byte order is what the
     // policy glob compares, and a LIKE prefix is an index range only under it.
+    if (column === 'tool') {
+      // The index holds left(tool, 200): the prefix finds the rows, the whole value is compared after.
+      const chars = [...g.pattern.split('*')[0]]
+      const head = chars.slice(0, TOOL_INDEX_PREFIX).join('')
+      const prefix = `left(tool, ${TOOL_INDEX_PREFIX}) COLLATE "C"`
+      // Exact: one index value, so rows come in time order. Shorter than the prefix, the prefix alone
+      // is the whole value (a second condition would halve the planner's estimate into a sort).
+      if (g.exact) conditions.push(`${prefix} = ${param(head)}`)
+      else if (head !== '') conditions.push(`${prefix} LIKE ${param(`${likePattern(head)}%`)} ESCAPE '!'`)
+      if (g.exact && chars.length < TOOL_INDEX_PREFIX) return
+    }
     if (g.exact) conditions.push(`${column} COLLATE "C" = ${param(g.pattern)}`)
     else conditions.push(`${column} COLLATE "C" LIKE ${param(likePattern(g.pattern))} ESCAPE '!'`)
   }
@@ -138,6 +158,7 @@ export class AuditDatabase {
       connectionString: dsn,
       connectionTimeoutMillis: 5000,
       statement_timeout: STATEMENT_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
       application_name: 'wardline audit',
     })
     client.on('error', () => undefined) // a connection lost between queries fails the next query instead
@@ -150,6 +171,9 @@ export class AuditDatabase {
     }
     const db = new AuditDatabase(client)
     try {
+      // Timestamps are parsed from the server's text: a database whose default DateStyle is SQL or
+      // German would give rows whose time node-postgres cannot read. ISO whatever the database says.
+      await client.query(`SET DateStyle = 'ISO, MDY'`)
       const version = await client.query<{ v: number | null }>('SELECT max(version)::int AS v FROM wardline_schema_migrations')
       const v = version.rows[0].v ?? 0
       if (v < INDEXED_SCHEMA_VERSION) {

@@ -37,7 +37,7 @@ export class AuditQueryError extends Error {
 const UNITS: Readonly<Record<string, number>> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 const MAX_RELATIVE_MS = 36_500 * 86_400_000
 /** A calendar date, or a date and time with seconds optional, fractions optional, and an offset required. */
-const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i
+const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}(?::?\d{2})?))?$/i
 const ISO_WITHOUT_OFFSET = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?$/i
 
 /**
@@ -57,7 +57,9 @@ export function parseTime(flag: string, text: string, nowMs: number): number {
     throw new AuditQueryError(`${flag} ${text}: add Z or an offset (${value}Z, ${value}+02:00): audit timestamps are UTC`)
   }
   const iso = ISO.exec(value)
-  const ms = iso === null ? NaN : Date.parse(iso[4] === undefined ? `${value}T00:00:00Z` : value.replace(' ', 'T'))
+  // An offset of hours alone (`+01`, as psql prints a timestamptz) is ISO 8601 too, but Date.parse wants minutes.
+  const full = iso !== null && /^[+-]\d{2}$/.test(iso[7] ?? '') ? `${value}:00` : value
+  const ms = iso === null ? NaN : Date.parse(iso[4] === undefined ? `${value}T00:00:00Z` : full.replace(' ', 'T'))
   // Date.parse rolls 2026-02-31 over to March: a date that does not round-trip is refused.
   if (iso === null || Number.isNaN(ms) || !sameCalendarDay(iso, ms)) {
     throw new AuditQueryError(
@@ -177,10 +179,29 @@ export interface SummaryRow {
 export function compareSummaryRows(a: SummaryRow, b: SummaryRow): number {
   if (a.total !== b.total) return b.total - a.total
   for (let i = 0; i < a.group.length; i++) {
-    if (a.group[i] !== b.group[i]) return a.group[i] < b.group[i] ? -1 : 1
+    if (a.group[i] !== b.group[i]) return compareCodePoints(a.group[i], b.group[i])
   }
   return 0
 }
+
+/**
+ * Code point order, which is UTF-8 byte order: Postgres' COLLATE "C" (the summary's tie order there).
+ * JavaScript's < compares UTF-16 units, which puts U+1F600 (a surrogate pair, D83D…) before U+FF01.
+ */
+export function compareCodePoints(a: string, b: string): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    const x = a.charCodeAt(i)
+    const y = b.charCodeAt(i)
+    if (x === y) continue
+    // Equal prefixes: both are high surrogates, both low, or neither. A surrogate beside a non-surrogate stands for a larger code point.
+    const sx = x >= 0xd800 && x <= 0xdfff
+    const sy = y >= 0xd800 && y <= 0xdfff
+    return sx === sy ? x - y : sx ? 1 : -1
+  }
+  return a.length - b.length
+}
+
+const ENTRY_TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/
 
 /** The AuditEntry a parsed JSONL line holds, or null when it is not one (wrong types, missing fields). */
 export function asEntry(value: unknown): AuditEntry | null {
@@ -188,6 +209,9 @@ export function asEntry(value: unknown): AuditEntry | null {
   const e = value as Record<string, unknown>
   const strings = ['timestamp', 'request_id', 'identity', 'tenant', 'method', 'tool', 'decision'] as const
   for (const key of strings) if (typeof e[key] !== 'string') return null
+  // ISO 8601 with Z or an offset, as the gateway writes it: Date.parse reads "2026-12-01T09:30:00" or
+  // "Dec 1 2026" in the shell's zone, which would move the entry by hours without a word.
+  if (!ENTRY_TIMESTAMP.test(e.timestamp as string)) return null
   if (!(DECISIONS as readonly unknown[]).includes(e.decision)) return null
   if (typeof e.status !== 'number' || (typeof e.latency_ms !== 'number' && e.latency_ms !== null)) return null
   if (e.reason !== undefined && typeof e.reason !== 'string') return null

@@ -21,7 +21,8 @@ export interface AuditRetentionOptions extends BatchReaperOptions {
 const DEFAULTS = { batchSize: 5000, maxBatches: 20, intervalMs: 10 * 60_000, backlogDelayMs: 5000, firstRunDelayMs: 30_000 }
 
 /**
- * audit.retention_days: deletes audit_entries rows whose "timestamp" is older than now − days, off
+ * audit.retention_days: deletes audit_entries rows whose "timestamp" (the replica's clock) and
+ * recorded_at (the database's, at insert) are both older than now − days, off
  * the request path, in bounded batches, on one replica at a time (see BatchReaper). The cutoff is
  * read on the database clock, as budget windows are: replicas with skewed clocks agree.
  */
@@ -36,9 +37,16 @@ export function auditRetention(pool: Pool, log: Logger, retentionDays: number, o
     {
       name: 'audit retention',
       lockKey: RETENTION_LOCK,
-      // By id through the "timestamp" index: the inner scan stops after $1 old rows.
+      // By id through the "timestamp" index: the inner scan stops after $1 old rows. Hours, not days:
+      // timestamptz − N days is calendar arithmetic in the session's TimeZone, 23 h for a spring-forward
+      // day, and would delete rows an hour younger than retention_days × 24 h.
+      // recorded_at too (the database's clock at insert): "timestamp" is the replica's clock, and a
+      // replica whose clock is retention_days behind would otherwise have calls of minutes ago deleted.
       sql: `DELETE FROM audit_entries WHERE id IN (
-        SELECT id FROM audit_entries WHERE "timestamp" < ${now} - make_interval(days => $2::integer) LIMIT $1)`,
+        SELECT id FROM audit_entries
+         WHERE "timestamp" < ${now} - make_interval(hours => 24 * $2::integer)
+           AND recorded_at < ${now} - make_interval(hours => 24 * $2::integer)
+         LIMIT $1)`,
       params: clock ? () => [retentionDays, clock()] : () => [retentionDays],
     },
     { ...DEFAULTS, ...options },

@@ -1,3 +1,4 @@
+import { maskUrlSecrets } from '../log'
 import { configOrigin } from './origin'
 import type { PolicyConfig } from './types'
 
@@ -148,7 +149,7 @@ function masked(value: unknown, key: string, masking: { masked: boolean }): unkn
 
 /** `postgres://user:secret@db/x` → `postgres://user:***@db/x`; a DSN's query (`?password=`) is dropped too. */
 function maskUrlPassword(text: string, dsn: boolean): string {
-  const replaced = text.replace(/([a-z][a-z0-9+.-]*:\/\/[^\s:/@"'?#]*:)[^\s@/"'?#]+@/gi, '$1***@')
+  const replaced = maskUrlSecrets(text) // the password, and credential-named query parameters (jwks_url?code=)
   if (!dsn) return replaced
   const q = replaced.indexOf('?')
   return q < 0 ? replaced : `${replaced.slice(0, q)}?***`

@@ -32,8 +32,8 @@ beforeEach(async () => {
 /** `n` rows `daysAgo` days before now, request ids `<prefix>-1`… */
 async function insert(prefix: string, n: number, daysAgo: number): Promise<void> {
   await pools[0].query(
-    `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms)
-     SELECT $1 || '-' || g, now() - make_interval(days => $2), 'alice', 'acme', 'tools/call', 'echo', 'allow', 200, 1
+    `INSERT INTO audit_entries (request_id, "timestamp", recorded_at, identity, tenant, method, tool, decision, status, latency_ms)
+     SELECT $1 || '-' || g, now() - make_interval(days => $2), now() - make_interval(days => $2), 'alice', 'acme', 'tools/call', 'echo', 'allow', 200, 1
        FROM generate_series(1, $3) AS g`,
     [prefix, daysAgo, n],
   )

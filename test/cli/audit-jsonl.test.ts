@@ -170,11 +170,11 @@ describe('formats', () => {
     const lines = runCli(['audit', '--file', long, '--format', 'table']).stdout.trimEnd().split('\n')
     expect(lines[0]).toMatch(/^TIME\s+IDENTITY\s+TENANT\s+METHOD\s+TOOL\s+DECISION\s+STATUS\s+MS\s+REASON$/)
     const at = (line: string, word: string): number => line.indexOf(word)
-    // File order: the long-reason entry was written first.
-    expect(lines[1]).toMatch(/ r{79}…$/)
-    expect(at(lines[1], 'acme')).toBe(at(lines[0], 'TENANT'))
-    expect(at(lines[3], 'globex')).toBe(at(lines[0], 'TENANT'))
-    expect(at(lines[3], 'throttled')).toBe(at(lines[0], 'DECISION'))
+    // Timestamp order, oldest first (as from the table): the long-reason entry, written first but the newest, is last.
+    expect(lines[3]).toMatch(/ r{79}…$/)
+    expect(at(lines[3], 'acme')).toBe(at(lines[0], 'TENANT'))
+    expect(at(lines[2], 'globex')).toBe(at(lines[0], 'TENANT'))
+    expect(at(lines[2], 'throttled')).toBe(at(lines[0], 'DECISION'))
   })
 
   test('csv: RFC 4180 quoting, CRLF, and formula-looking cells defused', () => {
