@@ -10,6 +10,8 @@ import { type AddressInfo, type Server, type Socket, connect, createServer } fro
  */
 export class PostgresProxy {
   roundTrips = 0
+  /** The SQL text of every statement clients sent (simple Query or extended-protocol Parse), in order. */
+  readonly statements: string[] = []
   private paused = false
   private refusing = false
   private readonly sockets = new Set<Socket>()
@@ -80,7 +82,10 @@ export class PostgresProxy {
     }
     client.on('error', forget).on('close', forget)
     upstream.on('error', forget).on('close', forget)
-    const counter = new FrontendCounter(() => this.roundTrips++)
+    const counter = new FrontendCounter(
+      () => this.roundTrips++,
+      (sql) => this.statements.push(sql),
+    )
     client.on('data', (chunk) =>
       this.forward(() => {
         counter.feed(chunk)
@@ -101,7 +106,10 @@ class FrontendCounter {
   private buffer: Buffer = Buffer.alloc(0)
   private startup = true
 
-  constructor(private readonly onRoundTrip: () => void) {}
+  constructor(
+    private readonly onRoundTrip: () => void,
+    private readonly onStatement: (sql: string) => void,
+  ) {}
 
   feed(chunk: Buffer): void {
     this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk])
@@ -121,6 +129,12 @@ class FrontendCounter {
       if (this.buffer.length < length) return
       const type = String.fromCharCode(this.buffer[0])
       if (type === 'S' || type === 'Q') this.onRoundTrip()
+      // Q: the query text; P: the statement name, then the query text (both NUL-terminated).
+      if (type === 'Q') this.onStatement(this.buffer.toString('utf8', 5, length - 1))
+      if (type === 'P') {
+        const nameEnd = this.buffer.indexOf(0, 5)
+        this.onStatement(this.buffer.toString('utf8', nameEnd + 1, this.buffer.indexOf(0, nameEnd + 1)))
+      }
       this.buffer = this.buffer.subarray(length)
     }
   }

@@ -214,7 +214,8 @@ describe('gateway with postgres_storage', () => {
       expect(await countOf(key)).toBe(1)
       const reasons = (await h.audit()).filter((e) => e.identity === 'frank').map((e) => e.reason ?? '')
       expect(reasons[0]).toBe('')
-      expect(reasons[1]).toMatch(/^budget check failed open: .*(lock timeout|deadline|longer than)/)
+      // The database's lock timeout or the store's own deadline, whichever a loaded machine lets answer first.
+      expect(reasons[1]).toMatch(/^budget check failed open: .*(lock timeout|deadline|longer than|no budget verdict within)/)
     } finally {
       await h.close()
     }

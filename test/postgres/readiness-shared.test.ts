@@ -72,7 +72,9 @@ test('through the gateway, 200 concurrent /readyz requests cost at most 2 pings'
     config: { features: { postgres_storage: true }, postgres: { dsn: proxy.urlFor(db.url), max_connections: 2 } },
   })
   try {
-    const before = proxy.roundTrips
+    // Pings only: the revocation list polls the same database every 250 ms, and the heartbeat beats.
+    const before = proxy.statements.length
+    const pings = (): number => proxy.statements.slice(before).filter((sql) => sql === 'SELECT 1').length
     const statuses = await Promise.all(
       Array.from({ length: 200 }, async () => {
         const res = await fetch(`${h.url}/readyz`)
@@ -81,8 +83,8 @@ test('through the gateway, 200 concurrent /readyz requests cost at most 2 pings'
       }),
     )
     expect(statuses.every((s) => s === 200)).toBe(true)
-    expect(proxy.roundTrips - before).toBeLessThanOrEqual(2)
-    expect(proxy.roundTrips - before).toBeGreaterThanOrEqual(1)
+    expect(pings()).toBeLessThanOrEqual(2)
+    expect(pings()).toBeGreaterThanOrEqual(1)
   } finally {
     await h.close()
   }
