@@ -1,15 +1,16 @@
-import { Socket } from 'node:net'
-import { Client, type ClientConfig, type Pool, type QueryConfig, type QueryResult, type QueryResultRow } from 'pg'
+import type { Socket } from 'node:net'
+import type { Client, Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg'
 import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
+import { dedicatedClient } from '../postgres/pool'
 import {
   type Revocation,
   RevocationInputError,
   type RevocationList,
   type RevocationRequest,
-  RevocationView,
   type ViewEntry,
+  ViewedRevocations,
   checkRevocationInput,
   viewEntry,
 } from './revocations'
@@ -99,8 +100,7 @@ export interface PostgresRevocationOptions {
  * makes details() say `stale` with the age of the copy. Until the first refresh succeeds (a start
  * during an outage) the copy is empty and stale.
  */
-export class PostgresRevocationList implements RevocationList {
-  private readonly view = new RevocationView()
+export class PostgresRevocationList extends ViewedRevocations implements RevocationList {
   private readonly warn: RateLimitedLog
   private readonly pollIntervalMs: number
   private readonly now: () => number
@@ -124,21 +124,10 @@ export class PostgresRevocationList implements RevocationList {
     private readonly pool: Pool,
     private readonly options: PostgresRevocationOptions,
   ) {
+    super()
     this.warn = new RateLimitedLog(options.log)
     this.pollIntervalMs = options.pollIntervalMs ?? POLL_INTERVAL_MS
     this.now = options.now ?? Date.now
-  }
-
-  get size(): number {
-    return this.view.size
-  }
-
-  isRevoked(tenant: string, identity: string, nowMs: number): boolean {
-    return this.view.size !== 0 && this.view.find(tenant, identity, nowMs) !== null
-  }
-
-  find(tenant: string, identity: string, nowMs: number): Revocation | null {
-    return this.view.size === 0 ? null : (this.view.find(tenant, identity, nowMs)?.revocation ?? null)
   }
 
   /**
@@ -289,17 +278,11 @@ export class PostgresRevocationList implements RevocationList {
   /** The refresh connection, opened when missing (the first refresh, or after one failed). */
   private async connected(): Promise<Client> {
     if (this.client !== null) return this.client.client
-    const socket = new Socket()
-    const config: ClientConfig = {
-      ...(this.pool.options as ClientConfig),
-      application_name: 'wardline-revocations',
-      connectionTimeoutMillis: REFRESH_TIMEOUT_MS,
-      query_timeout: REFRESH_TIMEOUT_MS,
-      statement_timeout: REFRESH_TIMEOUT_MS,
+    const { client, socket } = dedicatedClient(this.pool, {
+      applicationName: 'wardline-revocations',
+      timeoutMs: REFRESH_TIMEOUT_MS,
       keepAlive: true,
-      stream: () => socket,
-    }
-    const client = new Client(config)
+    })
     // A connection that dies between two refreshes emits `error`; unheard, it would end the process.
     client.on('error', () => {
       if (this.client?.client === client) this.dropClient()

@@ -195,14 +195,9 @@ export function revocationOf(r: RevocationRequest, createdAtMs: number): Revocat
   }
 }
 
-/**
- * Revocations kept in this process only: each replica has its own list, and a restart forgets it
- * (features.postgres_storage shares them and keeps them).
- */
-export class MemoryRevocationList implements RevocationList {
-  private readonly view = new RevocationView()
-
-  constructor(private readonly now: () => number = Date.now) {}
+/** The request-path half of every list: lookups on the view this replica holds in memory. */
+export abstract class ViewedRevocations {
+  protected readonly view = new RevocationView()
 
   get size(): number {
     return this.view.size
@@ -214,6 +209,16 @@ export class MemoryRevocationList implements RevocationList {
 
   find(tenant: string, identity: string, nowMs: number): Revocation | null {
     return this.view.size === 0 ? null : (this.view.find(tenant, identity, nowMs)?.revocation ?? null)
+  }
+}
+
+/**
+ * Revocations kept in this process only: each replica has its own list, and a restart forgets it
+ * (features.postgres_storage shares them and keeps them).
+ */
+export class MemoryRevocationList extends ViewedRevocations implements RevocationList {
+  constructor(private readonly now: () => number = Date.now) {
+    super()
   }
 
   revoke(r: RevocationRequest): Promise<Revocation> {

@@ -402,13 +402,7 @@ export class PostgresBudgetStore implements BudgetStore {
     const values: unknown[] = prefixes.length > 0 ? [selection.keys, prefixes] : [selection.keys]
     if (this.clock !== null) values.push(this.clock())
     const clock = this.clock === null ? 'clock_timestamp()' : `$${values.length}::timestamptz`
-    const deadline = performance.now() + Math.max(1, timeoutMs)
-    const client = await this.connect(deadline)
-    const remaining = Math.floor(deadline - performance.now())
-    if (remaining <= 0) {
-      client.release()
-      throw new Error(`no budget ${what} within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
-    }
+    const { client, remaining } = await this.connectWithin(timeoutMs, what)
     type Row = { key: string; used: number; reset_seconds: number | null; named?: boolean }
     let rows: Row[]
     try {
@@ -653,8 +647,8 @@ export class PostgresBudgetStore implements BudgetStore {
     )
   }
 
-  /** One statement on a pooled connection, bounded by `timeoutMs` from the pool wait to the answer. */
-  private async boundedStatement(text: string, values: unknown[], timeoutMs: number, what: string): Promise<void> {
+  /** A pooled connection within `timeoutMs`, and the milliseconds of that bound left for the statement. */
+  private async connectWithin(timeoutMs: number, what: string): Promise<{ client: PoolClient; remaining: number }> {
     const deadline = performance.now() + Math.max(1, timeoutMs)
     const client = await this.connect(deadline)
     const remaining = Math.floor(deadline - performance.now())
@@ -662,6 +656,12 @@ export class PostgresBudgetStore implements BudgetStore {
       client.release()
       throw new Error(`no budget ${what} within ${timeoutMs} ms: the whole bound went on waiting for a connection`)
     }
+    return { client, remaining }
+  }
+
+  /** One statement on a pooled connection, bounded by `timeoutMs` from the pool wait to the answer. */
+  private async boundedStatement(text: string, values: unknown[], timeoutMs: number, what: string): Promise<void> {
+    const { client, remaining } = await this.connectWithin(timeoutMs, what)
     try {
       await client.query({ text, values, query_timeout: remaining } as QueryConfig)
     } catch (err) {

@@ -6,6 +6,7 @@ import {
   AuditQueryError,
   DEFAULT_LIMIT,
   type AuditFilter,
+  type FilterOptions,
   type GroupColumn,
   buildFilter,
   parseGroupColumns,
@@ -15,15 +16,9 @@ import { FORMATS, type Format, Output, defaultFormat, writeEntries, writeSummary
 import { MAX_LINE_BYTES, MAX_SUMMARY_GROUPS, type SkippedLines, jsonlRows, jsonlSummary } from '../audit/query-jsonl'
 import { AuditDatabase } from '../audit/query-postgres'
 
-export interface AuditOptions {
+export interface AuditOptions extends FilterOptions {
   readonly config: string
   readonly file?: string
-  readonly identity?: string
-  readonly tenant?: string
-  readonly tool?: string
-  readonly decision?: string
-  readonly since?: string
-  readonly until?: string
   readonly limit?: string
   readonly format?: string
   readonly summary?: boolean
@@ -34,6 +29,18 @@ export interface AuditIo {
   readonly stdout: NodeJS.WritableStream & { isTTY?: boolean }
   readonly stderr: NodeJS.WritableStream
   readonly now: () => number
+}
+
+/** One run's question and where its answer goes, whatever the source. */
+interface Query {
+  readonly filter: AuditFilter
+  readonly limit: number
+  readonly format: Format
+  readonly summary: boolean
+  readonly by: readonly GroupColumn[]
+  readonly out: Output
+  /** A line on stderr. */
+  readonly say: (line: string) => void
 }
 
 /** Where the entries are read from. */
@@ -83,9 +90,9 @@ export async function auditCommand(opts: AuditOptions, io: AuditIo): Promise<num
     const limit = parseLimit(opts.limit ?? String(DEFAULT_LIMIT))
     const by = parseGroupColumns(opts.by ?? 'identity,tenant,tool')
     const source = opts.file !== undefined ? ({ kind: 'jsonl', path: opts.file } as const) : sourceOf(readConfig(opts.config), opts.config)
-    const out = new Output(io.stdout)
-    if (source.kind === 'jsonl') await fromJsonl(source.path, filter, limit, format, opts.summary === true, by, out, say)
-    else await fromPostgres(source.dsn, opts.config, filter, limit, format, opts.summary === true, by, out, say)
+    const query: Query = { filter, limit, format, summary: opts.summary === true, by, out: new Output(io.stdout), say }
+    if (source.kind === 'jsonl') await fromJsonl(source.path, query)
+    else await fromPostgres(source.dsn, opts.config, query)
     return 0
   } catch (err) {
     if (err instanceof ConfigError) {
@@ -133,16 +140,7 @@ function sourceOf(config: Pick<ConfigBlocks, 'features' | 'audit' | 'postgres'>,
   return { kind: 'jsonl', path: config.audit.output }
 }
 
-async function fromJsonl(
-  path: string,
-  filter: AuditFilter,
-  limit: number,
-  format: Format,
-  summary: boolean,
-  by: readonly GroupColumn[],
-  out: Output,
-  say: (line: string) => void,
-): Promise<void> {
+async function fromJsonl(path: string, { filter, limit, format, summary, by, out, say }: Query): Promise<void> {
   const skipped: SkippedLines = { malformed: 0, tooLong: 0 }
   try {
     if (summary) {
@@ -168,17 +166,7 @@ async function fromJsonl(
   }
 }
 
-async function fromPostgres(
-  dsn: string,
-  configPath: string,
-  filter: AuditFilter,
-  limit: number,
-  format: Format,
-  summary: boolean,
-  by: readonly GroupColumn[],
-  out: Output,
-  say: (line: string) => void,
-): Promise<void> {
+async function fromPostgres(dsn: string, configPath: string, { filter, limit, format, summary, by, out, say }: Query): Promise<void> {
   const db = await AuditDatabase.open(dsn, configPath, say)
   try {
     if (summary) {

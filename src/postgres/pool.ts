@@ -1,4 +1,5 @@
-import { Pool } from 'pg'
+import { Socket } from 'node:net'
+import { Client, type ClientConfig, Pool } from 'pg'
 import type { PostgresConfig } from '../config/types'
 import { withDeadline } from '../deadline'
 import { WardlineError, describeError } from '../errors'
@@ -59,4 +60,26 @@ export async function checkReachable(pool: Pool, timeoutMs: number): Promise<voi
   } catch (err) {
     throw new WardlineError('WL_POSTGRES_UNAVAILABLE', 'postgres is unreachable', { cause: err })
   }
+}
+
+/**
+ * A connection of its own, outside the pool (same DSN, TLS and credentials), every wait bounded by
+ * `timeoutMs`, on a socket the caller holds: a hung network is ended by destroying it, not by
+ * waiting for a goodbye that never comes. Its `error` events are the caller's to listen to.
+ */
+export function dedicatedClient(
+  pool: Pool,
+  options: { readonly applicationName: string; readonly timeoutMs: number; readonly keepAlive: boolean },
+): { readonly client: Client; readonly socket: Socket } {
+  const socket = new Socket()
+  const client = new Client({
+    ...(pool.options as ClientConfig),
+    application_name: options.applicationName,
+    connectionTimeoutMillis: options.timeoutMs,
+    query_timeout: options.timeoutMs,
+    statement_timeout: options.timeoutMs,
+    keepAlive: options.keepAlive,
+    stream: () => socket,
+  })
+  return { client, socket }
 }

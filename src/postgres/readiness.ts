@@ -1,8 +1,8 @@
-import { Socket } from 'node:net'
-import { Client, type ClientConfig, type Pool } from 'pg'
+import type { Pool } from 'pg'
 import { describeError } from '../errors'
 import type { ReadinessCheck } from '../readiness'
 import { withDeadline } from '../deadline'
+import { dedicatedClient } from './pool'
 
 /** /readyz answers within this bound even when the database hangs, as the README states ("bounded, 2 s"). */
 const PING_TIMEOUT_MS = 2000
@@ -58,17 +58,7 @@ export function postgresReadiness(pool: Pool, options: PostgresReadinessOptions 
  * (a hung network would otherwise keep it half-closed, one more per ping).
  */
 async function ping(pool: Pool, timeoutMs: number): Promise<void> {
-  const socket = new Socket()
-  const config: ClientConfig = {
-    ...(pool.options as ClientConfig),
-    application_name: 'wardline-readyz',
-    connectionTimeoutMillis: timeoutMs,
-    query_timeout: timeoutMs,
-    statement_timeout: timeoutMs,
-    keepAlive: false,
-    stream: () => socket,
-  }
-  const client = new Client(config)
+  const { client, socket } = dedicatedClient(pool, { applicationName: 'wardline-readyz', timeoutMs, keepAlive: false })
   // A connection that dies mid-ping emits `error`; without a listener that would end the process.
   client.on('error', () => undefined)
   try {
