@@ -2,6 +2,7 @@ import type { Writable } from 'node:stream'
 import winston from 'winston'
 import type { LogFormat, LogLevel } from './config/types'
 import { describeError } from './errors'
+import { UNSAFE_CHARACTERS, escapeControls } from './escape'
 
 export type Logger = winston.Logger
 
@@ -176,9 +177,8 @@ export function formatValue(value: unknown, inList = false): string {
   return json === undefined ? '[unserializable]' : escapeControls(json)
 }
 
-/** A value written without quotes: no space, quote, `=`, comma, brace, backslash or control character. */
-// eslint-disable-next-line no-control-regex -- control characters are what this matches
-const BARE = /^[^\s"'=,{}\\\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029\u2060-\u2064\u202a-\u202e\u2066-\u2069\ufeff]+$/
+/** A value written without quotes: no space, quote, `=`, comma, brace, backslash or unsafe character (escape.ts). */
+const BARE = new RegExp(`^[^\\s"'=,{}\\\\${UNSAFE_CHARACTERS}]+$`)
 
 function formatKey(key: string): string {
   return /^[\w.\-[\]]+$/.test(key) ? key : quote(key)
@@ -186,26 +186,6 @@ function formatKey(key: string): string {
 
 function quote(text: string): string {
   return `"${escapeControls(text.replace(/[\\"]/g, (c) => `\\${c}`))}"`
-}
-
-/**
- * Control characters (C0, DEL, C1: a lone U+009B starts an escape sequence on many terminals), line and
- * paragraph separators, the bidirectional overrides that make text read in another order, and the
- * invisible ones (zero-width space and joiners, word joiner, BOM, soft hyphen): a tool `admin\u200b`
- * must not read as `admin`.
- */
-// eslint-disable-next-line no-control-regex -- control characters are what this matches
-const CONTROL = /[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029\u2060-\u2064\u202a-\u202e\u2066-\u2069\ufeff]/g
-const NAMED: Readonly<Record<string, string>> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
-
-/** Writes every control character as a visible escape (`\n`, `\x1b`, `\u202e`). */
-export function escapeControls(text: string): string {
-  return text.replace(CONTROL, (c) => {
-    const named = NAMED[c]
-    if (named !== undefined) return named
-    const code = c.charCodeAt(0)
-    return code < 0x100 ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`
-  })
 }
 
 /**

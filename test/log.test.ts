@@ -3,7 +3,8 @@ import { PassThrough } from 'node:stream'
 import winston from 'winston'
 import type { LogFormat } from '../src/config/types'
 import { WardlineError } from '../src/errors'
-import { type LoggerOptions, createLogger, escapeControls, formatTextLine, redactText, resolveLogFormat, writeLogRecord } from '../src/log'
+import { escapeControls } from '../src/escape'
+import { type LoggerOptions, createLogger, formatTextLine, redactText, resolveLogFormat, writeLogRecord } from '../src/log'
 
 /** A logger writing to a captured stream; `lines()` gives what it wrote so far, one entry per line. */
 function captured(options: LoggerOptions = {}, level: 'info' | 'debug' = 'info') {

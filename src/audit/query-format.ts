@@ -1,5 +1,6 @@
 import { once } from 'node:events'
 import { DECISIONS, type Decision } from '../pipeline/exchange'
+import { escapeControls } from '../escape'
 import { type AuditEntry, toJsonLines } from './entry'
 import type { GroupColumn, SummaryRow } from './query'
 
@@ -41,20 +42,12 @@ const ENTRY_HEADINGS = ['TIME', 'IDENTITY', 'TENANT', 'METHOD', 'TOOL', 'DECISIO
 const ENTRY_MAX_WIDTHS = [24, 32, 24, 24, 40, 12, 6, 10, 80]
 
 /**
- * C0 and C1 controls, DEL, and the bidirectional overrides and isolates: in a value they could move
- * the cursor, recolour or clear the operator's terminal, or show a name reversed. Invisible ones
- * (zero-width space and joiners, BOM, soft hyphen, line separators) too: `alice\u200b` must not read as `alice`. Shown as \xNN /
- * \uNNNN in a table; JSONL escapes them anyway, and CSV is data for a program, kept as it is.
+ * A value as a table shows it: every character that could move the cursor, recolour or clear the
+ * operator's terminal, show a name reversed or hide part of it, as \xNN / \uNNNN (escape.ts). JSONL
+ * escapes them anyway, and CSV is data for a program, kept as it is.
  */
-const UNSAFE_FOR_TERMINAL =
-  // eslint-disable-next-line no-control-regex -- control characters are what this matches
-  /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u2060-\u2064\u202a-\u202e\u2066-\u2069\ufeff]/g
-
 export function terminalSafe(text: string): string {
-  return text.replace(UNSAFE_FOR_TERMINAL, (c) => {
-    const code = c.charCodeAt(0)
-    return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`
-  })
+  return escapeControls(text, false)
 }
 
 function cut(text: string, width: number): string {
