@@ -7,16 +7,16 @@ const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g
  * environment and never sit in the file. A missing variable with no default is a problem naming it
  * (never its would-be value). `$${` escapes a literal `${`.
  */
-export function expandEnv(value: unknown, path: string, env: NodeJS.ProcessEnv, r: Reader, variables?: Map<string, string[]>): unknown {
-  if (typeof value === 'string') return expandString(value, path, env, r, variables)
-  if (Array.isArray(value)) return value.map((item, i) => expandEnv(item, `${path}[${i}]`, env, r, variables))
+export function expandEnv(value: unknown, path: string, env: NodeJS.ProcessEnv, r: Reader): unknown {
+  if (typeof value === 'string') return expandString(value, path, env, r)
+  if (Array.isArray(value)) return value.map((item, i) => expandEnv(item, `${path}[${i}]`, env, r))
   if (value && typeof value === 'object') {
     const out: Record<string, unknown> = {}
     for (const [key, child] of Object.entries(value)) {
       // Defined, not assigned: `out["__proto__"] = …` would set the prototype, and the key (a tenant
       // named __proto__, or an unknown key that must be reported) would vanish without a word.
       Object.defineProperty(out, key, {
-        value: expandEnv(child, path ? `${path}.${key}` : key, env, r, variables),
+        value: expandEnv(child, path ? `${path}.${key}` : key, env, r),
         enumerable: true,
         writable: true,
         configurable: true,
@@ -27,16 +27,14 @@ export function expandEnv(value: unknown, path: string, env: NodeJS.ProcessEnv, 
   return value
 }
 
-/** `variables`, when given, learns which variables each key path read (a busy port names the one to change). */
-function expandString(text: string, path: string, env: NodeJS.ProcessEnv, r: Reader, variables?: Map<string, string[]>): string {
+/** Records on `r.variables` which variables each key path read (a number may come from one; a busy port names it). */
+function expandString(text: string, path: string, env: NodeJS.ProcessEnv, r: Reader): string {
   if (!text.includes('${')) return text
   const escaped = text.split('$${')
   return escaped
     .map((part) =>
       part.replace(REFERENCE, (_match, name: string, fallback: string | undefined) => {
-        if (variables !== undefined) variables.set(path, [...(variables.get(path) ?? []), name])
-        // A number or boolean key may take its value from here (reader.ts reads the text as one).
-        r.fromEnvironment.add(path)
+        r.variables.set(path, [...(r.variables.get(path) ?? []), name])
         const found = env[name]
         if (found !== undefined && found !== '') return found
         if (fallback !== undefined) return fallback

@@ -70,12 +70,11 @@ export function parseConfig(text: string, options: LoadOptions = {}): Config {
   const parsed = parseYaml(text)
   if ('problem' in parsed) throw new ConfigError([parsed.problem])
   const r = new Reader()
-  const variables = new Map<string, string[]>()
-  const expanded = expandEnv(parsed.tree ?? {}, '', options.env ?? process.env, r, variables)
+  const expanded = expandEnv(parsed.tree ?? {}, '', options.env ?? process.env, r)
   const config = readConfig(r, expanded, options.baseDir ?? process.cwd())
   if (r.problems.length > 0) throw new ConfigError(r.problems)
   // The expanded tree travels beside the Config (never in it): a reload diffs it in YAML keys.
-  return setConfigOrigin(deepFreeze(config), { file: options.file ?? null, tree: deepFreeze(expanded), variables })
+  return setConfigOrigin(deepFreeze(config), { file: options.file ?? null, tree: deepFreeze(expanded), variables: r.variables })
 }
 
 /** What loadConfigBlocks can read alone, by top-level key: each with the same reader the whole file uses. */

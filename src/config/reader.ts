@@ -29,11 +29,12 @@ export type Node = Record<string, unknown>
 export class Reader {
   readonly problems: string[] = []
   /**
-   * Key paths whose string value was made by `${VAR}` expansion (env.ts marks them). Only these may
-   * spell a number or a boolean as text: `max_connections: ${PG_MAX:-10}` works, while a quoted
-   * `max_connections: "10"` in the file stays a wrong type, as before.
+   * Key path → the variables its value was read from, in order (env.ts records them while expanding).
+   * Only these keys may spell a number or a boolean as text: `max_connections: ${PG_MAX:-10}` works,
+   * while a quoted `max_connections: "10"` in the file stays a wrong type, as before; and a busy port
+   * names the variable to change (config/origin.ts).
    */
-  readonly fromEnvironment = new Set<string>()
+  readonly variables = new Map<string, string[]>()
 
   note(path: string, problem: string): void {
     this.problems.push(path ? `${path}: ${problem}` : problem)
@@ -153,14 +154,14 @@ export class Reader {
    * would read it unquoted: `30`, `0.5`, `1e3`; `true` / `false`); anything else is left as it is.
    */
   private typed(value: unknown, path: string, kind: 'number' | 'bool'): unknown {
-    if (typeof value !== 'string' || !this.fromEnvironment.has(path)) return value
+    if (typeof value !== 'string' || !this.variables.has(path)) return value
     if (kind === 'bool') return value === 'true' ? true : value === 'false' ? false : value
     return /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/.test(value) ? Number(value) : value
   }
 
   /** Says where a wrong value came from when the file shows only `${VAR}` (never the value: it may be a secret). */
   private viaEnvironment(value: unknown, path: string): string {
-    return typeof value === 'string' && this.fromEnvironment.has(path) ? ' (the environment variable it reads gave other text)' : ''
+    return typeof value === 'string' && this.variables.has(path) ? ' (the environment variable it reads gave other text)' : ''
   }
 }
 
