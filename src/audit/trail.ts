@@ -27,6 +27,13 @@ export class AuditTrail {
    */
   reserve(ex: Exchange): AuditWriter | null {
     const count = entryCount(ex)
+    const full = this.reserveSlots(count)
+    if (full === null) ex.auditReserved = count
+    return full
+  }
+
+  /** `count` slots in every writer, or none anywhere and the writer that had no room (counted and logged). */
+  private reserveSlots(count: number): AuditWriter | null {
     const writers = this.writers
     for (let i = 0; i < writers.length; i++) {
       if (writers[i].reserve(count)) continue
@@ -41,7 +48,6 @@ export class AuditTrail {
       })
       return full
     }
-    ex.auditReserved = count
     return null
   }
 
@@ -63,18 +69,7 @@ export class AuditTrail {
    * if this returned true, so an admin action is never unaudited.
    */
   reserveOne(): boolean {
-    const writers = this.writers
-    for (let i = 0; i < writers.length; i++) {
-      if (writers[i].reserve(1)) continue
-      for (let j = 0; j < i; j++) writers[j].release(1)
-      this.metrics.auditBackpressure.inc()
-      this.warn.warn('audit-backpressure', 'audit queue full: calls refused with 503 (WL_AUDIT_BACKPRESSURE) until the sink catches up', {
-        sink: writers[i].sink.name,
-        queued: writers[i].pending,
-      })
-      return false
-    }
-    return true
+    return this.reserveSlots(1) === null
   }
 
   /**

@@ -315,9 +315,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   onDeadline(): void {
     if (this.started) return
     // Settle first: the abort below reports back through onResponseError, which must not win as a 502.
-    const failure = new WardlineError('WL_UPSTREAM_TIMEOUT', 'upstream sent no response headers in time')
-    this.onFailure(failure)
-    this.fail(failure)
+    // Before the response headers nothing reached the client: giveUp answers 504 (and reports the failure).
+    this.giveUp(new WardlineError('WL_UPSTREAM_TIMEOUT', 'upstream sent no response headers in time'), 'upstream_timeout_seconds passed')
     this.controller?.abort(new Error('upstream_timeout_seconds passed'))
   }
 
