@@ -1,5 +1,6 @@
 import { maskUrlSecrets } from '../log'
 import { configOrigin } from './origin'
+import { join } from './reader'
 import type { PolicyConfig } from './types'
 
 /** One YAML key whose value differs between two loads of the file, ready to log. */
@@ -77,7 +78,7 @@ export function diffTrees(a: unknown, b: unknown, path: string, out: RawChange[]
   }
   if (Array.isArray(a) && Array.isArray(b)) {
     for (let i = 0; i < Math.max(a.length, b.length); i++)
-      diffTrees(i < a.length ? a[i] : ABSENT, i < b.length ? b[i] : ABSENT, `${path}[${i}]`, out)
+      diffTrees(i < a.length ? a[i] : ABSENT, i < b.length ? b[i] : ABSENT, join(path, i), out)
     return
   }
   if (a === ABSENT && b === ABSENT) return
@@ -142,8 +143,8 @@ function masked(value: unknown, key: string, masking: { masked: boolean }): unkn
     if (out !== value) masking.masked = true
     return out
   }
-  if (Array.isArray(value)) return value.map((item, i) => masked(item, `${key}[${i}]`, masking))
-  if (isMapping(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, masked(v, `${key}.${k}`, masking)]))
+  if (Array.isArray(value)) return value.map((item, i) => masked(item, join(key, i), masking))
+  if (isMapping(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, masked(v, join(key, k), masking)]))
   return value
 }
 
@@ -181,8 +182,8 @@ export function configSecrets(config: object): string[] {
         const password = new URL(value).password
         if (password !== '') out.push(password, safeDecode(password))
       }
-    } else if (Array.isArray(value)) value.forEach((item, i) => walk(item, `${path}[${i}]`))
-    else if (isMapping(value)) for (const [k, v] of Object.entries(value)) walk(v, path === '' ? k : `${path}.${k}`)
+    } else if (Array.isArray(value)) value.forEach((item, i) => walk(item, join(path, i)))
+    else if (isMapping(value)) for (const [k, v] of Object.entries(value)) walk(v, join(path, k))
   }
   walk(tree, '')
   return out
