@@ -1,24 +1,56 @@
 import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
-import { type ConcurrencyLimiter, concurrencyKey } from './limiter'
+import { ConcurrencyLimiter, concurrencyKey } from './limiter'
 import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
 
 /**
- * Right after auth: one identity may have at most `limiter.maxPerKey` requests in flight, GET/SSE
- * streams included, so a caller whose requests the upstream never answers cannot hold every upstream
- * socket. The slot is taken here and its key recorded on `ex.concurrencyKey`; the finish phase gives
- * it back once the response has ended, whatever happened in between (refused later, failed, client
- * gone, stream closed), just before the request's audit record.
- * A request without a principal (none gets past auth today) holds no slot.
- *
- * Runs after the body is parsed, because `initialize` is not refused at the cap (DESIGN.md: a 4xx there
- * pushes clients onto the legacy transport): a lone initialize request takes a slot past the cap, up
- * to twice the cap, rather than a 429. Reading the body first costs no upstream socket, which is what
- * the cap protects; max_body_bytes and request_timeout_seconds bound what a capped caller can make
- * the gateway buffer.
+ * How many POST bodies of one identity may be read at once past its cap, to find out whether they
+ * are what the cap lets through (a lone initialize or subscriptions/listen, a client's responses and
+ * notifications). Small and fixed: it bounds the memory a capped caller can fill with bodies it never
+ * finishes (issue 24: 60 half-sent 4 MiB bodies of one identity held +226 MiB for 300 s) to
+ * (cap + 8) × max_body_bytes, while a burst of a client's answers to sampling or elicitation requests
+ * (each read in one event-loop turn when small) still finds a slot.
  */
-export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics): Stage {
+export const PENDING_BODIES = 8
+
+/** The two stages of the cap: one right after auth, one once the body is parsed. */
+export interface ConcurrencyStages {
+  /** After auth and revocation, before the body is read: a slot, a pending slot, or 429. */
+  readonly slot: Stage
+  /** After the body is parsed: what a pending slot becomes, and no slot for a client's answers. */
+  readonly verdict: Stage
+}
+
+/**
+ * One identity may have at most `limiter.maxPerKey` requests in flight, GET/SSE streams included, so
+ * a caller whose requests the upstream never answers cannot hold every upstream socket, nor make the
+ * gateway buffer bodies without bound. Counted from the moment the request is authenticated: the
+ * `slot` stage runs right after auth (and revocation), before a byte of the body is read, and records
+ * the key on `ex.concurrencyKey`; its finish phase gives the slot back once the response has ended,
+ * whatever happened in between (refused later, failed, client gone, stream closed), just before the
+ * request's audit record. A request without a principal (none gets past auth today) holds no slot.
+ *
+ * Some requests must not be refused at the cap, and which they are is only known from the body:
+ * - a lone `initialize` (DESIGN.md: a 4xx there pushes clients onto the legacy transport) and a lone
+ *   `subscriptions/listen` (MCP 2026-07-28's change-notification stream: an agent whose calls fill the
+ *   cap must still get its notifications, issue 12) go past the cap, counted, up to twice it;
+ * - a body of JSON-RPC responses and notifications only (a client's answer to the server's
+ *   sampling/createMessage, elicitation/create or roots/list; notifications/cancelled,
+ *   notifications/initialized) is never refused and, once read, holds no slot: refusing it leaves the
+ *   server's request, and the tool call waiting on it, hanging, or a cancelled call running. The
+ *   server bounds them (it answers them at once, with 202, and only asked for so many).
+ * So a POST arriving at the cap takes one of PENDING_BODIES pending slots while its body is read, and
+ * the `verdict` stage decides once it is parsed: a slot up to twice the cap, no slot, or 429 (and the
+ * pending slot is released). Past the pending slots too, 429 before the body is read.
+ *
+ * A GET (the standalone SSE stream of Streamable HTTP, the legacy /sse stream) carries no call and is
+ * the GET-era form of subscriptions/listen: the stream a server's sampling and elicitation requests
+ * and its notifications arrive on, which the official SDK client does not retry after a 429. It goes
+ * past the cap the same way, up to twice it, so a session opened while its calls fill the cap still
+ * gets one.
+ */
+export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics): ConcurrencyStages {
   const refusal: Refusal = {
     status: 429,
     decision: 'throttled',
@@ -30,39 +62,90 @@ export function concurrencyStage(limiter: ConcurrencyLimiter, metrics: Metrics):
     // For a model (tool_refusals: result): only the caller's own cap, which its own calls fill.
     agentText: `Too many calls in flight for you (cap ${limiter.maxPerKey}). Retry when one of your calls finishes.`,
   }
-  const sessionLimit = 2 * limiter.maxPerKey
-  return {
+  const streamLimit = 2 * limiter.maxPerKey
+  // In the stages every reload reuses (compose.ts), like the limiter: pending counts survive a reload.
+  const pending = new ConcurrencyLimiter(PENDING_BODIES)
+  const slot: Stage = {
     name: 'concurrency',
     run(ex: Exchange) {
       const principal = ex.principal
       if (principal === null) return CONTINUE
       const key = concurrencyKey(principal.tenant, principal.identity)
-      // An initialize or a subscriptions/listen may go past the cap, but only so far: a caller whose
-      // upstream never answers must not hold sockets without bound by sending nothing but these.
-      if (!limiter.tryAcquire(key, passesCap(ex) ? sessionLimit : limiter.maxPerKey)) {
-        metrics.concurrencyRefused.inc()
-        return refusal
+      const method = ex.req.method
+      if (limiter.tryAcquire(key, method === 'GET' ? streamLimit : limiter.maxPerKey)) {
+        ex.concurrencyKey = key
+        return CONTINUE
       }
-      ex.concurrencyKey = key
-      return CONTINUE
+      if (method === 'POST' && pending.tryAcquire(key)) {
+        ex.concurrencyKey = key
+        ex.concurrencyPending = true
+        return CONTINUE
+      }
+      metrics.concurrencyRefused.inc()
+      return refusal
     },
     finish(ex: Exchange) {
-      if (ex.concurrencyKey === null) return
-      limiter.release(ex.concurrencyKey)
+      const key = ex.concurrencyKey
+      if (key === null) return
+      if (ex.concurrencyPending) pending.release(key)
+      else limiter.release(key)
       ex.concurrencyKey = null
+      ex.concurrencyPending = false
     },
   }
+  const verdict: Stage = {
+    name: 'concurrency-verdict',
+    run(ex: Exchange) {
+      const key = ex.concurrencyKey
+      if (key === null) return CONTINUE
+      const answers = onlyAnswers(ex)
+      if (!ex.concurrencyPending) {
+        // Below the cap it took a slot like any request; answers give it back now they are read.
+        if (answers) {
+          limiter.release(key)
+          ex.concurrencyKey = null
+        }
+        return CONTINUE
+      }
+      pending.release(key)
+      ex.concurrencyPending = false
+      if (answers) {
+        ex.concurrencyKey = null
+        return CONTINUE
+      }
+      if (opensStream(ex) && limiter.tryAcquire(key, streamLimit)) return CONTINUE
+      ex.concurrencyKey = null
+      metrics.concurrencyRefused.inc()
+      return refusal
+    },
+  }
+  return { slot, verdict }
 }
 
 /**
  * True for a lone `initialize` request (with an id), what a client sends to open a session, or a lone
- * `subscriptions/listen` request (MCP 2026-07-28), the long-lived stream that replaced the GET
- * stream: an agent whose calls fill the cap must still get its change notifications (issue 12). It
- * still counts, so listen streams stay bounded per identity. Not a batch holding one, nor a
- * notification of that name: either would carry other calls past the cap.
+ * `subscriptions/listen` request (MCP 2026-07-28), the long-lived stream that replaced the GET stream.
+ * Not a batch holding one, nor a notification of that name: either would carry other calls past the cap.
  */
-function passesCap(ex: Exchange): boolean {
+function opensStream(ex: Exchange): boolean {
   const call = ex.single
   if (call === null || call.id === undefined) return false
   return call.method === 'initialize' || call.method === SUBSCRIPTIONS_LISTEN
+}
+
+/**
+ * True when every message of the body is a JSON-RPC response (parse.ts gives it method '') or an MCP
+ * notification (no id, a `notifications/` method: every notification a client sends is one). A
+ * message without an id but with another method (a `tools/call` sent as a notification) is no
+ * notification to MCP and runs where a lenient server runs it: it counts like a call.
+ */
+function onlyAnswers(ex: Exchange): boolean {
+  const calls = ex.calls
+  if (calls.length === 0) return false
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]
+    if (call.method === '') continue
+    if (call.id !== undefined || !call.method.startsWith('notifications/')) return false
+  }
+  return true
 }

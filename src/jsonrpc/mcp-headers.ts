@@ -31,8 +31,8 @@ const UTF8 = new TextDecoder('utf-8', { fatal: true })
  * headers without reading the body. Whoever acts on a header must see the same call the gateway
  * judged and the upstream runs, so a request whose headers disagree with its body is refused here:
  * 400, JSON-RPC -32020 (HeaderMismatch), never forwarded, one audit entry (decision `error`). The
- * revision requires servers to refuse such requests too; refusing before the concurrency slot, the
- * audit reservation and the budget means a mismatch costs the caller nothing.
+ * revision requires servers to refuse such requests too; refusing before the audit reservation and
+ * the budget means a mismatch costs the caller nothing (its concurrency slot is given back at once).
  *
  * Checked only when either header is present (clients of earlier revisions, and the SDK 1.x, send
  * neither), so a request without them pays two header lookups:

@@ -95,6 +95,11 @@ export class Exchange {
   /** Key of the per-identity concurrency slot this request holds, released in the finish phase; null when none. */
   concurrencyKey: string | null = null
   /**
+   * True while that slot is a pending one, taken past the cap for a POST whose body is still to be
+   * read; the cap's verdict stage turns it into a slot, no slot or a 429 once the body is parsed.
+   */
+  concurrencyPending = false
+  /**
    * The request's Origin when it is in allowed_origins (as the browser sent it), else null: every
    * response then carries CORS headers for it, local answers and forwarded ones alike (http stage).
    */

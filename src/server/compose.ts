@@ -24,7 +24,7 @@ import { budgetStage } from '../budget/stage'
 import { StartingBudgetStore } from '../budget/starting-store'
 import type { BudgetStore } from '../budget/store'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
-import { concurrencyStage } from '../concurrency/stage'
+import { concurrencyStages } from '../concurrency/stage'
 import { diffConfigs } from '../config/diff'
 import { keysNeedingRestart } from '../config/restart-keys'
 import type { Config } from '../config/types'
@@ -244,20 +244,23 @@ function stageChain(config: Config, parts: StageParts): StageChain {
   const { audit, authenticator, revocations, store, metrics, log } = parts
   // One limiter for the process, in the stages every reload reuses, so the counts of requests in
   // flight survive a reload (max_concurrent_per_identity itself is a restart key).
-  const concurrency = new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity)
+  const concurrency = concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics)
   // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
   const leading = [
     httpStage(config.http),
     authStage(authenticator, config.auth),
     // On every request, a token answered from the token cache included: a revocation applies at once.
     revocationStage(revocations, config.auth, () => metrics.revokedRequests.inc()),
+    // Before the body is read: a capped caller cannot make the gateway buffer bodies without bound.
+    concurrency.slot,
     pathStage(),
     jsonRpcStage(config.limits),
-    // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before a
-    // slot, an audit reservation or a budget unit is taken for a call whose headers say another.
+    // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before an
+    // audit reservation or a budget unit is taken for a call whose headers say another.
     mcpHeadersStage(),
-    // After parsing, so an `initialize` is never refused; before anything is charged or reserved.
-    concurrencyStage(concurrency, metrics),
+    // Once parsed: a body read past the cap goes on only as an `initialize`, a listen or a client's
+    // answers; before anything is charged or reserved.
+    concurrency.verdict,
     auditReservationStage(audit),
   ]
   // The local limiter too (on_store_error: local), so a reload during an outage keeps its counts and

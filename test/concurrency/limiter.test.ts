@@ -1,5 +1,6 @@
 import { ConcurrencyLimiter, concurrencyKey } from '../../src/concurrency/limiter'
-import { concurrencyStage } from '../../src/concurrency/stage'
+import { PENDING_BODIES, concurrencyStages } from '../../src/concurrency/stage'
+import { parseMessages } from '../../src/jsonrpc/parse'
 import { Metrics } from '../../src/metrics'
 import { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Refusal } from '../../src/pipeline/stage'
@@ -48,22 +49,36 @@ describe('ConcurrencyLimiter', () => {
   })
 })
 
-describe('concurrencyStage', () => {
-  const exchange = (identity: string | null, tenant = 'acme'): Exchange => {
-    const ex = new Exchange({} as never, {} as never, 'r', 0, 0)
+describe('concurrencyStages', () => {
+  const exchange = (identity: string | null, tenant = 'acme', method?: string): Exchange => {
+    const ex = new Exchange({ method, headers: {} } as never, {} as never, 'r', 0, 0)
     if (identity !== null) ex.principal = { identity, tenant }
     return ex
   }
+  /** alice's POST, its body not read yet. */
+  const post = (): Exchange => exchange('alice', 'acme', 'POST')
+  /** What the jsonrpc stage records once the body is read. */
+  const parsed = (ex: Exchange, body: unknown): Exchange => {
+    const result = parseMessages(Buffer.from(JSON.stringify(body)), { maxJsonDepth: 64, maxBatchMessages: 100 })
+    if (!result.ok) throw new Error(result.reason)
+    ex.calls = result.calls
+    ex.batch = result.batch
+    return ex
+  }
+  const call = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'search' } }
+  const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: {} }
+  const samplingAnswer = { jsonrpc: '2.0', id: 0, result: { role: 'assistant', content: { type: 'text', text: 'hi' } } }
+  const cancelled = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 1 } }
 
   test('takes a slot, records its key on the Exchange, and refuses past the limit with a 429 that says which limit', async () => {
     const limiter = new ConcurrencyLimiter(1)
     const metrics = new Metrics()
-    const stage = concurrencyStage(limiter, metrics)
+    const { slot } = concurrencyStages(limiter, metrics)
     const first = exchange('alice')
-    expect(stage.run(first)).toBe(CONTINUE)
+    expect(slot.run(first)).toBe(CONTINUE)
     expect(first.concurrencyKey).toBe(concurrencyKey('acme', 'alice'))
     const second = exchange('alice')
-    const refusal = stage.run(second) as Refusal
+    const refusal = slot.run(second) as Refusal
     expect(refusal).toMatchObject({
       status: 429,
       decision: 'throttled',
@@ -82,8 +97,84 @@ describe('concurrencyStage', () => {
   test('a request without a principal (a CORS preflight) takes no slot', () => {
     const limiter = new ConcurrencyLimiter(1)
     const ex = exchange(null)
-    expect(concurrencyStage(limiter, new Metrics()).run(ex)).toBe(CONTINUE)
+    expect(concurrencyStages(limiter, new Metrics()).slot.run(ex)).toBe(CONTINUE)
     expect(ex.concurrencyKey).toBeNull()
     expect(limiter.size).toBe(0)
+  })
+
+  test('past the cap, a few POSTs get a pending slot to have their body read; the next is refused before its body', () => {
+    const limiter = new ConcurrencyLimiter(1)
+    const { slot } = concurrencyStages(limiter, new Metrics())
+    expect(slot.run(post())).toBe(CONTINUE)
+    const pending = Array.from({ length: PENDING_BODIES }, () => post())
+    for (const ex of pending) {
+      expect(slot.run(ex)).toBe(CONTINUE)
+      expect(ex.concurrencyPending).toBe(true)
+    }
+    expect(slot.run(post())).toMatchObject({ status: 429 })
+    expect(limiter.inFlight(concurrencyKey('acme', 'alice'))).toBe(1) // pending slots are not slots
+    slot.finish?.(pending[0]) // a body that failed to arrive gives its pending slot back
+    expect(slot.run(post())).toBe(CONTINUE)
+  })
+
+  test('a call read on a pending slot is refused and gives it back; an initialize becomes a slot up to twice the cap', () => {
+    const limiter = new ConcurrencyLimiter(1)
+    const { slot, verdict } = concurrencyStages(limiter, new Metrics())
+    const key = concurrencyKey('acme', 'alice')
+    expect(slot.run(post())).toBe(CONTINUE)
+    const refused = post()
+    expect(slot.run(refused)).toBe(CONTINUE)
+    expect(verdict.run(parsed(refused, call))).toMatchObject({ status: 429, decision: 'throttled' })
+    expect(refused.concurrencyKey).toBeNull()
+    slot.finish?.(refused) // the finish phase still runs: it must not release what is no longer held
+    const init = post()
+    expect(slot.run(init)).toBe(CONTINUE)
+    expect(verdict.run(parsed(init, initialize))).toBe(CONTINUE)
+    expect(init.concurrencyPending).toBe(false)
+    expect(limiter.inFlight(key)).toBe(2)
+    const third = post()
+    expect(slot.run(third)).toBe(CONTINUE)
+    expect(verdict.run(parsed(third, initialize))).toMatchObject({ status: 429 }) // twice the cap is the end
+    const batched = post()
+    expect(slot.run(batched)).toBe(CONTINUE)
+    expect(verdict.run(parsed(batched, [initialize]))).toMatchObject({ status: 429 }) // a batch gets no pass
+    slot.finish?.(init)
+    expect(limiter.inFlight(key)).toBe(1)
+  })
+
+  test("a client's responses and notifications are never refused and, once read, hold no slot", () => {
+    const limiter = new ConcurrencyLimiter(1)
+    const { slot, verdict } = concurrencyStages(limiter, new Metrics())
+    const key = concurrencyKey('acme', 'alice')
+    const below = post()
+    expect(slot.run(below)).toBe(CONTINUE)
+    expect(verdict.run(parsed(below, samplingAnswer))).toBe(CONTINUE)
+    expect(below.concurrencyKey).toBeNull()
+    expect(limiter.inFlight(key)).toBe(0) // given back: an answer is no request in flight
+    expect(slot.run(post())).toBe(CONTINUE) // the cap is full
+    for (const body of [samplingAnswer, cancelled, [samplingAnswer, cancelled]]) {
+      for (let i = 0; i < 3 * PENDING_BODIES; i++) {
+        const ex = post()
+        expect(slot.run(ex)).toBe(CONTINUE)
+        expect(verdict.run(parsed(ex, body))).toBe(CONTINUE)
+        slot.finish?.(ex)
+      }
+    }
+    expect(limiter.inFlight(key)).toBe(1)
+    // A tools/call without an id is no MCP notification: a lenient server runs it, so it counts.
+    const idless = { jsonrpc: '2.0', method: 'tools/call', params: { name: 'search' } }
+    const ex = post()
+    expect(slot.run(ex)).toBe(CONTINUE)
+    expect(verdict.run(parsed(ex, idless))).toMatchObject({ status: 429 })
+  })
+
+  test('a GET stream goes past the cap up to twice it', () => {
+    const limiter = new ConcurrencyLimiter(2)
+    const { slot } = concurrencyStages(limiter, new Metrics())
+    for (let i = 0; i < 2; i++) expect(slot.run(post())).toBe(CONTINUE)
+    expect(slot.run(exchange('alice', 'acme', 'GET'))).toBe(CONTINUE)
+    expect(slot.run(exchange('alice', 'acme', 'GET'))).toBe(CONTINUE)
+    expect(slot.run(exchange('alice', 'acme', 'GET'))).toMatchObject({ status: 429 })
+    expect(slot.run(exchange('alice', 'acme', 'DELETE'))).toMatchObject({ status: 429 })
   })
 })

@@ -3,7 +3,9 @@
  * the requests of one caller until the test lets them go, the audit trail and /metrics read back.
  */
 import type { ServerResponse } from 'node:http'
+import { type Socket, connect } from 'node:net'
 import type { AuditEntry } from '../../src/audit/entry'
+import { PENDING_BODIES } from '../../src/concurrency/stage'
 import { type Harness, MCP_HEADERS, as, configFrom, metricSample, rpc, startHarness } from '../helpers/harness'
 import { open as send, readAll } from '../helpers/http-client'
 import { waitFor } from '../helpers/wait'
@@ -138,18 +140,22 @@ test('once her requests end, whether the client gave up or the upstream answered
   await Promise.all(again.done)
 })
 
-test('GET SSE streams hold a slot for as long as they are open', async () => {
+test('GET SSE streams hold a slot for as long as they are open, and go past the cap up to twice it', async () => {
   const controller = new AbortController()
-  const streams = await Promise.all(
-    [1, 2, 3].map(() => send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') }, signal: controller.signal })),
-  )
+  const open = (): ReturnType<typeof send> =>
+    send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') }, signal: controller.signal })
+  const streams = await Promise.all([1, 2, 3].map(open))
   expect(streams.map((s) => s.statusCode)).toEqual([200, 200, 200])
+  expect((await ping('alice')).status).toBe(429) // streams and POSTs share the identity's slots
+  // The stream a server's sampling requests and notifications arrive on: not refused at the cap (the
+  // SDK client never retries a refused one), but bounded, as a listen stream is.
+  const past = await Promise.all([1, 2, 3].map(open))
+  expect(past.map((s) => s.statusCode)).toEqual([200, 200, 200])
   const refused = await send(`${h.url}/mcp`, { headers: { accept: 'text/event-stream', ...as('alice') } })
   expect(refused.statusCode).toBe(429)
   expect(JSON.parse(await readAll(refused))).toMatchObject({ error: { code: 429 } })
-  expect((await ping('alice')).status).toBe(429) // streams and POSTs share the identity's slots
   controller.abort()
-  for (const s of streams) s.resume()
+  for (const s of [...streams, ...past]) s.resume()
 })
 
 test('a request refused by auth holds no slot and is not counted against anyone', async () => {
@@ -218,4 +224,49 @@ test('requests refused after the slot was taken (a body that is not JSON-RPC) gi
   const { controller, done } = await hang(3) // all three admitted: none of the five kept a slot
   controller.abort()
   await Promise.all(done)
+})
+
+/**
+ * A POST of alice's that announces `bytes` of body and sends only its first KiB, then stalls (the
+ * red team's M3): the gateway buffers whatever body it starts reading until request_timeout_seconds.
+ */
+function halfSent(bytes: number): { socket: Socket; status: Promise<number> } {
+  const { port } = new URL(h.url)
+  const socket = connect(Number(port), '127.0.0.1')
+  socket.on('error', () => undefined)
+  socket.write(
+    'POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n' +
+      `X-Wardline-Identity: alice\r\nX-Wardline-Tenant: acme\r\nContent-Length: ${bytes}\r\n\r\n`,
+  )
+  socket.write(Buffer.alloc(1024, 0x20))
+  const status = new Promise<number>((resolve) => {
+    socket.once('data', (chunk: Buffer) => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(chunk.toString('latin1'))?.[1] ?? -1)))
+    socket.once('close', () => resolve(0))
+  })
+  return { socket, status }
+}
+
+test('the slot is taken before the body is read: past the cap and its few pending bodies, half-sent bodies get 429 at once', async () => {
+  const audited = (await h.audit()).length
+  const extra = 5
+  const attempts = Array.from({ length: 3 + PENDING_BODIES + extra }, () => halfSent(1024 * 1024))
+  const answered: number[] = []
+  for (const a of attempts) void a.status.then((s) => answered.push(s))
+  await waitFor(() => answered.length >= extra, { what: `${extra} half-sent bodies answered` })
+  // One more, sent after all of them: answered once the gateway has seen every earlier one.
+  const last = halfSent(1024 * 1024)
+  expect(await last.status).toBe(429)
+  expect(answered).toEqual(Array.from({ length: extra }, () => 429)) // the cap and the pending slots still wait for their bodies
+  for (const a of [...attempts, last]) a.socket.destroy()
+  // Every one of them is audited once: the refused as throttled, the rest when their client left.
+  const entries = await waitFor(
+    async () => {
+      const mine = (await h.audit()).slice(audited).filter((e) => e.identity === 'alice' && e.method === 'POST')
+      return mine.length === attempts.length + 1 && mine
+    },
+    { what: 'every half-sent request audited' },
+  )
+  expect(entries.filter((e) => e.decision === 'throttled').map((e) => [e.status, e.reason])).toEqual(
+    Array.from({ length: extra + 1 }, () => [429, LIMIT_REASON]),
+  )
 })

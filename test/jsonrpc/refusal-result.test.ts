@@ -7,7 +7,7 @@ import { manualClock } from '../budget/budget-harness'
 import { MemoryBudgetStore } from '../../src/budget/memory-store'
 import { budgetStage } from '../../src/budget/stage'
 import { ConcurrencyLimiter } from '../../src/concurrency/limiter'
-import { concurrencyStage } from '../../src/concurrency/stage'
+import { concurrencyStages } from '../../src/concurrency/stage'
 import { parseMessages } from '../../src/jsonrpc/parse'
 import { refusalResultMessage, resultFormat } from '../../src/jsonrpc/refusal-result'
 import { silentLogger } from '../../src/log'
@@ -144,7 +144,7 @@ describe('the text a model reads for each refusal', () => {
   })
 
   test("the concurrency cap names the caller's own cap and when to retry", async () => {
-    const stage = concurrencyStage(new ConcurrencyLimiter(2), new Metrics())
+    const stage = concurrencyStages(new ConcurrencyLimiter(2), new Metrics()).slot
     const held = [exchange(expensive), exchange(expensive)]
     for (const ex of held) expect(await stage.run(ex)).toBe(CONTINUE)
     const refusal = await stage.run(exchange(expensive))
