@@ -41,8 +41,9 @@ export interface ConcurrencyStages {
  *   server's request, and the tool call waiting on it, hanging, or a cancelled call running. The
  *   server bounds them (it answers them at once, with 202, and only asked for so many).
  * So a POST arriving at the cap takes one of PENDING_BODIES pending slots while its body is read, and
- * the `verdict` stage decides once it is parsed: a slot up to twice the cap, no slot, or 429 (and the
- * pending slot is released). Past the pending slots too, 429 before the body is read.
+ * the `verdict` stage decides once it is parsed: a slot (up to twice the cap for those two, up to the
+ * cap for any other request, as one may have freed meanwhile), no slot, or 429; the pending slot is
+ * released either way. Past the pending slots too, 429 before the body is read.
  *
  * A GET (the standalone SSE stream of Streamable HTTP, the legacy /sse stream) carries no call and is
  * the GET-era form of subscriptions/listen: the stream a server's sampling and elicitation requests
@@ -113,7 +114,8 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics)
         ex.concurrencyKey = null
         return CONTINUE
       }
-      if (opensStream(ex) && limiter.tryAcquire(key, streamLimit)) return CONTINUE
+      // A slot that freed while the body arrived serves a call as well: it was counted all along.
+      if (limiter.tryAcquire(key, opensStream(ex) ? streamLimit : limiter.maxPerKey)) return CONTINUE
       ex.concurrencyKey = null
       metrics.concurrencyRefused.inc()
       return refusal

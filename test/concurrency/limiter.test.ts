@@ -142,6 +142,22 @@ describe('concurrencyStages', () => {
     expect(limiter.inFlight(key)).toBe(1)
   })
 
+  test('a call read on a pending slot takes a slot that freed while its body arrived', () => {
+    const limiter = new ConcurrencyLimiter(1)
+    const { slot, verdict } = concurrencyStages(limiter, new Metrics())
+    const first = post()
+    expect(slot.run(first)).toBe(CONTINUE)
+    const second = post()
+    expect(slot.run(second)).toBe(CONTINUE)
+    expect(second.concurrencyPending).toBe(true)
+    slot.finish?.(first)
+    expect(verdict.run(parsed(second, call))).toBe(CONTINUE)
+    expect(second.concurrencyPending).toBe(false)
+    expect(limiter.inFlight(concurrencyKey('acme', 'alice'))).toBe(1)
+    slot.finish?.(second)
+    expect(limiter.size).toBe(0)
+  })
+
   test("a client's responses and notifications are never refused and, once read, hold no slot", () => {
     const limiter = new ConcurrencyLimiter(1)
     const { slot, verdict } = concurrencyStages(limiter, new Metrics())
