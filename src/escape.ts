@@ -36,6 +36,19 @@ function codeEscape(code: number): string {
   return code < 0x10000 ? `\\u${code.toString(16).padStart(4, '0')}` : `\\u{${code.toString(16)}}`
 }
 
+/**
+ * JSON text with every unsafe character inside its strings written as a JSON escape (`\u202e`, a
+ * surrogate pair's two halves for a tag character): the same value to a parser, nothing raw on a
+ * terminal. JSON.stringify escapes C0 but leaves DEL, C1, U+2028/2029 and invisible characters raw.
+ */
+export function escapeJsonText(json: string): string {
+  return json.replace(UNSAFE, (c) => {
+    let out = ''
+    for (let i = 0; i < c.length; i++) out += `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`
+    return out
+  })
+}
+
 /** Longest name, in characters of its quoted form between the quotes, that quotedName writes. */
 export const MAX_QUOTED_NAME_CHARS = 64
 
