@@ -12,7 +12,7 @@
  *   the Hangul fillers (U+115F, U+1160, U+3164, U+FFA0), the variation selectors (U+180B-180F,
  *   U+FE00-FE0F, U+E0100-E01EF) and the tag characters (U+E0000-E007F): `alice\u{e0041}` or
  *   `alice\u034f` must not read as `alice`. The property escape follows the Unicode version of the
- *   running Node (Node 20: Unicode 15.1, the same list as Unicode 17; test/escape.test.ts pins it);
+ *   running Node (Node 20.20: Unicode 17; the list has not changed since Unicode 14, and test/escape.test.ts pins it);
  * - a lone UTF-16 surrogate (with the `u` flag only an unpaired half matches), which has no UTF-8 form
  *   and would reach the terminal as U+FFFD.
  */

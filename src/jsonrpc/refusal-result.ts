@@ -56,7 +56,7 @@ function speaksResultTypes(revision: string | null): boolean {
  * refused path and only without that header (the request phase reads no `_meta`); it holds one
  * tools/call the scanner accepted, within max_body_bytes.
  */
-export function requestRevision(ex: Exchange): string | null {
+function requestRevision(ex: Exchange): string | null {
   const header = ex.req.headers['mcp-protocol-version']
   if (typeof header === 'string' && REVISION.test(header.trim())) return header.trim()
   if (ex.body === null) return null
