@@ -178,7 +178,7 @@ export function formatValue(value: unknown, inList = false): string {
 }
 
 /** A value written without quotes: no space, quote, `=`, comma, brace, backslash or unsafe character (escape.ts). */
-const BARE = new RegExp(`^[^\\s"'=,{}\\\\${UNSAFE_CHARACTERS}]+$`)
+const BARE = new RegExp(`^[^\\s"'=,{}\\\\${UNSAFE_CHARACTERS}]+$`, 'u')
 
 function formatKey(key: string): string {
   return /^[\w.\-[\]]+$/.test(key) ? key : quote(key)

@@ -1,6 +1,6 @@
 import { once } from 'node:events'
 import { DECISIONS, type Decision } from '../pipeline/exchange'
-import { escapeControls } from '../escape'
+import { columnWidths, tableLine, terminalSafe } from '../terminal-table'
 import { type AuditEntry, toJsonLines } from './entry'
 import type { GroupColumn, SummaryRow } from './query'
 
@@ -42,19 +42,10 @@ const ENTRY_HEADINGS = ['TIME', 'IDENTITY', 'TENANT', 'METHOD', 'TOOL', 'DECISIO
 const ENTRY_MAX_WIDTHS = [24, 32, 24, 24, 40, 12, 6, 10, 80]
 
 /**
- * A value as a table shows it: every character that could move the cursor, recolour or clear the
- * operator's terminal, show a name reversed or hide part of it, as \xNN / \uNNNN (escape.ts). JSONL
- * escapes them anyway, and CSV is data for a program, kept as it is.
+ * Aligned columns, measured on the first TABLE_PAGE rows, the last column left ragged; every cell made
+ * terminal-safe (terminal-table.ts). JSONL escapes line breaks anyway, and CSV is data for a program,
+ * kept as it is.
  */
-export function terminalSafe(text: string): string {
-  return escapeControls(text, false)
-}
-
-function cut(text: string, width: number): string {
-  return text.length <= width ? text : `${text.slice(0, Math.max(0, width - 1))}…`
-}
-
-/** Aligned columns, measured on the first TABLE_PAGE rows, the last column left ragged. */
 class Table {
   private widths: number[] | null = null
   private page: string[][] = []
@@ -79,21 +70,14 @@ class Table {
   }
 
   private async measure(): Promise<void> {
-    this.widths = this.headings.map((h, i) => Math.min(this.maxWidths[i], Math.max(h.length, ...this.page.map((r) => r[i].length))))
+    this.widths = columnWidths(this.headings, this.page, this.maxWidths)
     await this.out.write(this.line(this.headings))
     for (const row of this.page) await this.out.write(this.line(row))
     this.page = []
   }
 
   private line(cells: readonly string[]): string {
-    const widths = this.widths as number[]
-    const last = cells.length - 1
-    const text = cells.map((cell, i) => {
-      const c = cut(cell, widths[i])
-      if (i === last && !this.numeric.has(i)) return c
-      return this.numeric.has(i) ? c.padStart(widths[i]) : c.padEnd(widths[i])
-    })
-    return `${text.join('  ').trimEnd()}\n`
+    return `${tableLine(cells, this.widths as number[], this.numeric)}\n`
   }
 }
 

@@ -77,13 +77,33 @@ export function checkRevocationInput(r: RevocationRequest, nowMs = Date.now()): 
     if (!(r.until instanceof Date) || Number.isNaN(r.until.getTime())) return 'until must be a date (ISO 8601) or null'
     if (r.until.getTime() <= nowMs) return `until (${r.until.toISOString()}) is not in the future: the revocation would never apply`
   }
-  if (r.reason !== undefined) {
-    if (typeof r.reason !== 'string') return 'reason must be a string'
-    if (r.reason.length > MAX_REASON_CHARS) return `reason is longer than ${MAX_REASON_CHARS} characters`
-    // eslint-disable-next-line no-control-regex
-    if (/[\x00-\x08\x0b-\x1f\x7f]/.test(r.reason)) return 'reason contains control characters'
-  }
+  if (r.reason !== undefined) return reasonProblem(r.reason)
   return null
+}
+
+/**
+ * Every control character (C0 with TAB and LF, DEL, C1: U+0085 is a line break, U+009B starts a
+ * terminal escape sequence) and the line and paragraph separators. A reason is one line an operator
+ * reads in `wardline revoke --list` and in the audit trail: a line break in it forged a second row.
+ */
+// eslint-disable-next-line no-control-regex
+const REASON_UNSAFE = /[\x00-\x1f\x7f-\x9f\u2028\u2029]/
+
+/**
+ * Why a revocation's `reason` is unacceptable, or null: too long, or holding a character that breaks
+ * its one line (named by code point and position, so the operator can find it). The admin API answers
+ * it with 400; `wardline revoke --reason` checks it before calling the API.
+ */
+export function reasonProblem(reason: unknown): string | null {
+  if (typeof reason !== 'string') return 'reason must be a string'
+  if (reason.length > MAX_REASON_CHARS) return `reason is longer than ${MAX_REASON_CHARS} characters`
+  const found = REASON_UNSAFE.exec(reason)
+  if (found === null) return null
+  const code = found[0].charCodeAt(0)
+  const name = `U+${code.toString(16).toUpperCase().padStart(4, '0')}`
+  const what =
+    code === 0x0a || code === 0x0d || code === 0x85 || code === 0x2028 || code === 0x2029 ? 'a line break' : 'a control character'
+  return `reason contains ${what} (${name}) at character ${found.index + 1}: a reason is one line of printable text`
 }
 
 /** One entry of the view: the listed form plus its end as a number, for the hot path. */

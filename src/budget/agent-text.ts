@@ -1,9 +1,10 @@
+import { quotedName } from '../escape'
 import type { BucketKind } from './store'
 
 /** What a throttled single call's text for a model says (tool_refusals: result). */
 export interface ThrottleFacts {
   readonly kind: BucketKind
-  /** The tool called. */
+  /** The tool called, as the caller named it (the text shows it through quotedName). */
   readonly tool: string
   readonly limit: number
   readonly windowSeconds: number
@@ -19,34 +20,40 @@ export interface ThrottleFacts {
 /**
  * The refusal as a model reads it: which limit, and when or whether to retry. Only what the caller
  * may know: its own identity's and tenant's limits (never whose calls used them) and a tool's limit;
- * no counts of other callers, no bucket keys.
+ * no counts of other callers, no bucket keys. The tool's name is the caller's: quoted, escaped and cut
+ * (quotedName), so a name cannot add lines or instructions of its own to the text.
  */
 export function throttledAgentText(f: ThrottleFacts): string {
+  const tool = `tool ${quotedName(f.tool)}`
   if (f.kind === 'repeat') {
     return (
-      `Loop breaker: this exact call (tool ${f.tool} with the same arguments) was already made ${f.limit} ` +
+      `Loop breaker: this exact call (${tool} with the same arguments) was already made ${f.limit} ` +
       `${f.limit === 1 ? 'time' : 'times'} in ${span(f.windowSeconds)}, the most allowed. Do not repeat it: change the ` +
       `arguments or your approach. The same call is accepted again in ${wait(f.retryAfterSeconds)}.`
     )
   }
-  const unit = f.weighted ? 'units' : 'calls'
-  const owner = f.kind === 'tool' ? `tool ${f.tool}` : f.kind === 'tenant' ? 'your tenant' : 'your identity'
+  const owner = f.kind === 'tool' ? tool : f.kind === 'tenant' ? 'your tenant' : 'your identity'
   if (f.never) {
     return (
-      `This call costs ${f.cost} units, more than the ${f.limit} units per ${per(f.windowSeconds)} that ${owner} ` +
+      `This call costs ${units(f.cost)}, more than the ${units(f.limit)} per ${per(f.windowSeconds)} that ${owner} ` +
       'is allowed: it can never succeed. Do not retry it.'
     )
   }
+  const allowed = f.weighted ? units(f.limit) : calls(f.limit)
   const limit =
     f.kind === 'tool'
-      ? `${f.limit} ${unit} per ${per(f.windowSeconds)} for tool ${f.tool}.${f.weighted ? ` This call costs ${units(f.cost)}.` : ''}`
-      : `${owner}'s limit of ${f.limit} ${unit} per ${per(f.windowSeconds)} ` +
+      ? `${allowed} per ${per(f.windowSeconds)} for ${tool}.${f.weighted ? ` This call costs ${units(f.cost)}.` : ''}`
+      : `${owner}'s limit of ${allowed} per ${per(f.windowSeconds)} ` +
         (f.weighted ? `has no room left for this call, which costs ${units(f.cost)}.` : 'is used up.')
   return `Rate limit: ${limit} Try again in ${wait(f.retryAfterSeconds)}.`
 }
 
 function units(n: number): string {
   return n === 1 ? '1 unit' : `${n} units`
+}
+
+function calls(n: number): string {
+  return n === 1 ? '1 call' : `${n} calls`
 }
 
 /** A window's length as people say it: 60 s, 5 min, 2 h, 1 day (exact: it states a limit). */

@@ -1,15 +1,19 @@
 import { type Command, Option } from 'commander'
 import type { BucketReport } from '../admin/budgets'
 import { AdminClientError, adminBaseUrl, callAdmin } from '../admin/client'
-import type { Revocation } from '../auth/revocations'
+import { type Revocation, reasonProblem } from '../auth/revocations'
 import { loadConfigBlocks } from '../config/load'
 import type { AdminConfig } from '../config/types'
 import { ConfigError, describeError } from '../errors'
+import { escapeControls, escapeJsonText } from '../escape'
+import { terminalSafe, terminalTable } from '../terminal-table'
 
 /**
  * `wardline revoke` and `wardline budget show|reset`: thin wrappers over the admin API (src/admin/).
  * They read only the admin: block of the config (its listen and token), call the running gateway,
- * print a table (JSON with --json), and exit 0, or 1 with one line saying what went wrong.
+ * print a table (JSON with --json), and exit 0, or 1 with one line saying what went wrong. Identities,
+ * tenants, tool names and reasons come from callers and from rows anyone with SQL access wrote: every
+ * value printed goes through terminal-table.ts (tables, lines) or escapeJsonText (--json).
  */
 export function registerAdminCommands(program: Command): void {
   program
@@ -104,7 +108,8 @@ async function run(configPath: string, opts: CommonOptions, body: (target: Admin
     process.stdout.write(out.endsWith('\n') ? out : `${out}\n`)
   } catch (err) {
     const message = err instanceof UsageError || err instanceof AdminClientError ? err.message : describeError(err)
-    process.stderr.write(`wardline: ${message}\n`)
+    // The API's message may quote what was sent (an identity): one line, nothing raw.
+    process.stderr.write(`wardline: ${escapeControls(message)}\n`)
     process.exitCode = 1
   }
 }
@@ -116,9 +121,9 @@ async function revoke(target: AdminTarget, opts: RevokeOptions): Promise<string>
   if (opts.list) {
     if (opts.identity !== undefined) throw new UsageError('--list lists every revocation: leave out --identity')
     const answer = (await call('GET', '/revocations')) as { revocations: Revocation[] }
-    if (target.json) return JSON.stringify(answer)
+    if (target.json) return json(answer)
     if (answer.revocations.length === 0) return 'no revocations in force'
-    return table(
+    return terminalTable(
       ['TENANT', 'IDENTITY', 'UNTIL', 'SINCE', 'REASON'],
       answer.revocations.map((r) => [r.tenant, r.identity, r.until ?? 'until lifted', r.created_at, r.reason ?? '']),
     )
@@ -129,8 +134,11 @@ async function revoke(target: AdminTarget, opts: RevokeOptions): Promise<string>
     if (opts.until !== undefined || opts.reason !== undefined)
       throw new UsageError('--remove lifts a revocation: leave out --until and --reason')
     const answer = await call('DELETE', `/revocations?${query.toString()}`)
-    return target.json ? JSON.stringify(answer) : `lifted the revocation of ${opts.identity} in tenant ${opts.tenant}`
+    return target.json ? json(answer) : `lifted the revocation of ${terminalSafe(opts.identity)} in tenant ${terminalSafe(opts.tenant)}`
   }
+  // Checked here too, so a bad note is refused before anything is sent, with the API's own words.
+  const problem = opts.reason === undefined ? null : reasonProblem(opts.reason)
+  if (problem !== null) throw new UsageError(`--reason: ${problem}`)
   const until = opts.until === undefined ? null : untilTime(opts.until, Date.now())
   const answer = (await call('POST', '/revocations', {
     identity: opts.identity,
@@ -138,9 +146,9 @@ async function revoke(target: AdminTarget, opts: RevokeOptions): Promise<string>
     until,
     ...(opts.reason === undefined ? {} : { reason: opts.reason }),
   })) as { revocation: Revocation }
-  if (target.json) return JSON.stringify(answer)
+  if (target.json) return json(answer)
   const r = answer.revocation
-  return `revoked ${r.identity} in tenant ${r.tenant} ${r.until === null ? 'until lifted' : `until ${r.until}`}`
+  return `revoked ${terminalSafe(r.identity)} in tenant ${terminalSafe(r.tenant)} ${r.until === null ? 'until lifted' : `until ${r.until}`}`
 }
 
 const UNITS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_400 }
@@ -173,7 +181,7 @@ async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: Budg
     path,
     timeoutMs: target.timeoutMs,
   })) as { scope: string; buckets?: BucketReport[]; reset?: BucketReport[]; notes: string[] }
-  if (target.json) return JSON.stringify(answer)
+  if (target.json) return json(answer)
   const rows = (action === 'show' ? answer.buckets : answer.reset) ?? []
   const lines: string[] = []
   if (action === 'reset')
@@ -185,7 +193,7 @@ async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: Budg
   else lines.push(`budgets (${answer.scope}):`)
   if (rows.length > 0 && action === 'show') {
     lines.push(
-      table(
+      terminalTable(
         ['KIND', 'NAME', 'TENANT', 'WINDOW', 'LIMIT', 'USED', 'REMAINING', 'RESETS IN', 'RESETS AT'],
         rows.map((b) => [
           ...describeBucket(b),
@@ -199,13 +207,13 @@ async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: Budg
   } else if (rows.length > 0) {
     // What a bucket had used before it was reset; its window is gone, so no reset time.
     lines.push(
-      table(
+      terminalTable(
         ['KIND', 'NAME', 'TENANT', 'WINDOW', 'LIMIT', 'USED BEFORE'],
         rows.map((b) => [...describeBucket(b), String(b.used)]),
       ),
     )
   } else if (action === 'show') lines.push('no buckets match')
-  for (const note of answer.notes) lines.push(`note: ${note}`)
+  for (const note of answer.notes) lines.push(`note: ${terminalSafe(note)}`)
   return lines.join('\n')
 }
 
@@ -214,16 +222,7 @@ function describeBucket(b: BucketReport): string[] {
   return [kind, b.name, b.tenant ?? '', `${b.window_seconds}s`, String(b.limit)]
 }
 
-/** Columns padded to their widest cell; the last column is not padded. */
-function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
-  const all = [header, ...rows]
-  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i].length)))
-  return all
-    .map((r) =>
-      r
-        .map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i])))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n')
+/** The API's answer as JSON, with nothing a terminal would act on left raw in its strings. */
+function json(answer: unknown): string {
+  return escapeJsonText(JSON.stringify(answer))
 }

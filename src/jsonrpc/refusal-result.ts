@@ -13,13 +13,60 @@ import { sseMessageEvent, writeLocalBody } from './reply'
  * refused by a stage that wrote `agentText` (budget, loop breaker, policy, concurrency cap). The
  * result's `_meta` is the refusal's `agentMeta` (else its `data`: retry_after_seconds, bucket) plus
  * the decision. Transport-independent: the legacy SSE transport delivers the same text on its stream.
+ *
+ * The result has the shape of the revision the request speaks (requestRevision): from MCP 2026-07-28
+ * on, every result names its kind in `resultType` ("complete" for a finished call; 2026-07-28
+ * "Result types"), and a client of that revision refuses a result without it (the official SDK v2
+ * throws INVALID_RESULT "missing required resultType"); a client of an earlier revision gets the
+ * result as those revisions define it, without the member.
  */
 export function refusalResultMessage(ex: Exchange, refusal: Refusal): string | null {
   const text = refusal.agentText
   const call = ex.single
   if (text === undefined || call === null || call.method !== 'tools/call' || call.id === undefined) return null
   const meta = { ...(refusal.agentMeta ?? refusal.data), decision: refusal.decision }
-  return JSON.stringify({ jsonrpc: '2.0', id: call.id, result: { content: [{ type: 'text', text }], isError: true, _meta: meta } })
+  const result = { content: [{ type: 'text', text }], isError: true, _meta: meta }
+  return JSON.stringify({
+    jsonrpc: '2.0',
+    id: call.id,
+    result: speaksResultTypes(requestRevision(ex)) ? { resultType: 'complete', ...result } : result,
+  })
+}
+
+/** The first revision whose results carry `resultType`. */
+const RESULT_TYPE_REVISION = '2026-07-28'
+
+/** Where a 2026-07-28 request names its revision in `params._meta` ("Request Metadata"). */
+const PROTOCOL_VERSION_META_KEY = 'io.modelcontextprotocol/protocolVersion'
+
+/** A revision is a date, YYYY-MM-DD; so they compare as text. */
+const REVISION = /^\d{4}-\d{2}-\d{2}$/
+
+function speaksResultTypes(revision: string | null): boolean {
+  return revision !== null && REVISION.test(revision) && revision >= RESULT_TYPE_REVISION
+}
+
+/**
+ * The MCP revision a request speaks, or null when it names none (a 2025-03-26 client, a hand-written
+ * call): its `MCP-Protocol-Version` header when that holds one revision (every Streamable HTTP request
+ * after initialization carries it: 2025-06-18 "Transports", protocol version header), else the
+ * `io.modelcontextprotocol/protocolVersion` of its `params._meta`, which every 2026-07-28 request
+ * carries and which must equal the header when both are there (when they differ the request is the
+ * client's error; the header, what proxies route on, decides here). The body is parsed only on this
+ * refused path and only without that header (the request phase reads no `_meta`); it holds one
+ * tools/call the scanner accepted, within max_body_bytes.
+ */
+function requestRevision(ex: Exchange): string | null {
+  const header = ex.req.headers['mcp-protocol-version']
+  if (typeof header === 'string' && REVISION.test(header.trim())) return header.trim()
+  if (ex.body === null) return null
+  try {
+    const message = JSON.parse(ex.body.toString('utf8')) as { params?: { _meta?: Record<string, unknown> } }
+    const revision = message.params?._meta?.[PROTOCOL_VERSION_META_KEY]
+    return typeof revision === 'string' ? revision : null
+  } catch {
+    return null // the scanner accepted it, so this does not happen; a refusal must not fail on it
+  }
 }
 
 export type ResultFormat = 'json' | 'sse'

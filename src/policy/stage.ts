@@ -1,3 +1,4 @@
+import { quotedName } from '../escape'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
@@ -59,10 +60,11 @@ export const policyVerdictStage: Stage = {
     const denial = ex.denial
     if (denial === null) return CONTINUE
     // A single tools/call's denial also speaks to a model (tool_refusals: result), naming the tool it
-    // called and never the rule. The name is the caller's, so the text is built here, per denied call:
-    // the allow path pays nothing for it.
+    // called and never the rule. The name is the caller's, so the text is built here, per denied call
+    // (the allow path pays nothing for it), and quoted, escaped and cut (quotedName): a name holding
+    // U+2028 must not add a line of its own to what the model reads.
     const call = ex.single
     if (call === null || call.method !== 'tools/call') return denial
-    return { ...denial, agentText: `Tool ${call.target} is not allowed for you by policy. Do not retry it.` }
+    return { ...denial, agentText: `Tool ${quotedName(call.target)} is not allowed for you by policy. Do not retry it.` }
   },
 }

@@ -130,7 +130,26 @@ describe('MemoryRevocationList', () => {
     ],
     ['invalid until', { identity: 'alice', tenant: 'acme', until: new Date('nope') }, 'until must be a date (ISO 8601) or null'],
     ['1025-character reason', { identity: 'alice', tenant: 'acme', reason: 'x'.repeat(1025) }, 'reason is longer than 1024 characters'],
-    ['NUL in reason', { identity: 'alice', tenant: 'acme', reason: 'a\u0000b' }, 'reason contains control characters'],
+    [
+      'NUL in reason',
+      { identity: 'alice', tenant: 'acme', reason: 'a\u0000b' },
+      'reason contains a control character (U+0000) at character 2: a reason is one line of printable text',
+    ],
+    [
+      'newline in reason',
+      { identity: 'alice', tenant: 'acme', reason: 'ok\nforged row' },
+      'reason contains a line break (U+000A) at character 3: a reason is one line of printable text',
+    ],
+    [
+      'C1 CSI in reason',
+      { identity: 'alice', tenant: 'acme', reason: '\u009b31m' },
+      'reason contains a control character (U+009B) at character 1: a reason is one line of printable text',
+    ],
+    [
+      'U+2028 in reason',
+      { identity: 'alice', tenant: 'acme', reason: 'a\u2028b' },
+      'reason contains a line break (U+2028) at character 2: a reason is one line of printable text',
+    ],
     ['numeric identity', { identity: 42, tenant: 'acme' }, 'identity must be a string'],
   ])('bad input (%s) is refused with a message naming the field, and changes nothing', async (_label, input, message) => {
     const request = { until: null, ...input } as unknown as Parameters<MemoryRevocationList['revoke']>[0]
@@ -143,7 +162,7 @@ describe('MemoryRevocationList', () => {
 
   test('quotes, backslashes, emoji and a 256-byte identity are ordinary values', async () => {
     const odd = ['o\'brien "the" \\admin', '🦊'.repeat(64), 'a'.repeat(256), '%00', '${VAR}']
-    for (const identity of odd) await list.revoke({ identity, tenant: "te'nant", until: null, reason: 'tab\tand newline are\nfine' })
+    for (const identity of odd) await list.revoke({ identity, tenant: "te'nant", until: null, reason: 'quotes "and" \\ are fine' })
     for (const identity of odd) expect(list.isRevoked("te'nant", identity, now)).toBe(true)
     expect(list.isRevoked("te'nant", 'a'.repeat(255), now)).toBe(false)
   })

@@ -7,7 +7,8 @@ import { writeFileSync, appendFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
 import { type AuditEntry, toJsonLines } from '../../src/audit/entry'
-import { csvField, defaultFormat, terminalSafe } from '../../src/audit/query-format'
+import { csvField, defaultFormat } from '../../src/audit/query-format'
+import { terminalSafe } from '../../src/terminal-table'
 import { buildFilter, parseTime } from '../../src/audit/query'
 import { jsonlSummary } from '../../src/audit/query-jsonl'
 import { auditEntry } from '../helpers/audit-entry'
@@ -199,6 +200,60 @@ describe('formats', () => {
     const r = runCli(['audit', '--file', hostile, '--format', 'table'])
     expect(r.stdout).not.toContain('\u001b')
     expect(r.stdout).toContain('x\\x1b[2Jy')
+  })
+})
+
+describe('lookalike identities in the table', () => {
+  // Each reads as `alice` when its invisible characters reach the terminal raw: tag characters,
+  // variation selectors, the combining grapheme joiner, the Hangul fillers, a bidi mark, a soft hyphen.
+  const LOOKALIKES = [
+    'alice\u{e0041}\u{e007f}',
+    'alice\ufe0f',
+    'alice\u{e0100}',
+    'alice\u034f',
+    'alice\u3164',
+    '\u115falice\u1160',
+    'alice\uffa0',
+    'ali\u200ece',
+    'al\u00adice',
+    'alice\u180f',
+  ]
+  const ESCAPED = [
+    'alice\\u{e0041}\\u{e007f}',
+    'alice\\ufe0f',
+    'alice\\u{e0100}',
+    'alice\\u034f',
+    'alice\\u3164',
+    '\\u115falice\\u1160',
+    'alice\\uffa0',
+    'ali\\u200ece',
+    'al\\xadice',
+    'alice\\u180f',
+  ]
+  const lookalikes = join(dir, 'lookalikes.jsonl')
+  writeFileSync(
+    lookalikes,
+    toJsonLines([
+      auditEntry('real', { timestamp: ago(2), identity: 'alice' }),
+      ...LOOKALIKES.map((identity, i) => auditEntry(`l${i}`, { timestamp: ago(1), identity, tool: `search${LOOKALIKES[i].slice(5)}` })),
+    ]),
+  )
+  const INVISIBLE = /[\p{Cc}\u2028\u2029\p{Default_Ignorable_Code_Point}]/u
+
+  test('entries: only the real alice reads as alice; every other identity and tool shows its escapes', () => {
+    const r = runCli(['audit', '--file', lookalikes, '--format', 'table'])
+    expect(r).toMatchObject({ code: 0, stderr: '' })
+    const rows = r.stdout.trimEnd().split('\n').slice(1)
+    for (const row of rows) expect(row).not.toMatch(INVISIBLE)
+    expect(rows.map((row) => row.split(/\s{2,}/)[1])).toEqual(['alice', ...ESCAPED])
+  })
+
+  test('the summary groups them apart and shows each escaped', () => {
+    const r = runCli(['audit', '--file', lookalikes, '--summary', '--by', 'identity', '--format', 'table'])
+    expect(r).toMatchObject({ code: 0, stderr: '' })
+    const rows = r.stdout.trimEnd().split('\n').slice(1)
+    for (const row of rows) expect(row).not.toMatch(INVISIBLE)
+    expect(rows.map((row) => row.split(/\s+/)[0]).sort()).toEqual(['alice', ...ESCAPED].sort())
   })
 })
 

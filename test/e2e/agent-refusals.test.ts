@@ -69,7 +69,7 @@ describe.each<ExampleMode>(['stateful', 'stateless-json', 'stateless-sse'])('too
     expect(refused.isError).toBe(true)
     expect(refused.content).toHaveLength(1)
     expect(refused.content[0].type).toBe('text')
-    expect(refused.content[0].text).toMatch(/^Rate limit: 2 calls per 60 s for tool expensive_tool\. Try again in \d+ s\.$/)
+    expect(refused.content[0].text).toMatch(/^Rate limit: 2 calls per 60 s for tool "expensive_tool"\. Try again in \d+ s\.$/)
     const wait = refused._meta?.retry_after_seconds
     expect(typeof wait).toBe('number')
     expect(refused.content[0].text).toContain(`Try again in ${String(wait)} s.`)
@@ -108,7 +108,7 @@ describe.each<ExampleMode>(['stateful', 'stateless-json', 'stateless-sse'])('too
     const denied = (await client.callTool({ name: 'add', arguments: { a: 1, b: 2 } })) as ToolResult
     expect(posts()).toBe(before) // never forwarded
     expect(denied).toEqual({
-      content: [{ type: 'text', text: 'Tool add is not allowed for you by policy. Do not retry it.' }],
+      content: [{ type: 'text', text: 'Tool "add" is not allowed for you by policy. Do not retry it.' }],
       isError: true,
       _meta: { decision: 'deny' },
     })
@@ -124,7 +124,7 @@ describe.each<ExampleMode>(['stateful', 'stateless-json', 'stateless-sse'])('too
     const denied = (await client.callTool({ name: 'add', arguments: { a: 1, b: 2 } })) as ToolResult
     sseOnly.on = false
     expect(denied.isError).toBe(true)
-    expect(denied.content[0].text).toBe('Tool add is not allowed for you by policy. Do not retry it.')
+    expect(denied.content[0].text).toBe('Tool "add" is not allowed for you by policy. Do not retry it.')
     expect(seen[seen.length - 1].status).toBe(200)
     expect(seen[seen.length - 1].headers.get('content-type')).toBe('text/event-stream')
     await client.close()
@@ -153,7 +153,7 @@ describe('tool_refusals: result, on the wire', () => {
       jsonrpc: '2.0',
       id: 'x-1',
       result: {
-        content: [{ type: 'text', text: 'Tool add is not allowed for you by policy. Do not retry it.' }],
+        content: [{ type: 'text', text: 'Tool "add" is not allowed for you by policy. Do not retry it.' }],
         isError: true,
         _meta: { decision: 'deny' },
       },

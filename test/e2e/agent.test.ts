@@ -66,7 +66,7 @@ describe.each(SETUPS)('an agent through the gateway ($transport transport, $mode
     for (let i = 0; i < 3; i++) results.push((await client.callTool({ name: 'expensive_tool', arguments: {} })) as ToolResult)
     expect(results.map((r) => r.isError ?? false)).toEqual([false, false, true])
     const refused = results[2]
-    expect(refused.content[0].text).toMatch(/^Rate limit: 2 calls per 60 s for tool expensive_tool\. Try again in \d+ s\.$/)
+    expect(refused.content[0].text).toMatch(/^Rate limit: 2 calls per 60 s for tool "expensive_tool"\. Try again in \d+ s\.$/)
     expect(refused._meta).toMatchObject({ bucket: 'tool', decision: 'throttled' })
     expect(typeof refused._meta?.retry_after_seconds).toBe('number')
 
