@@ -79,22 +79,22 @@ export async function serve(configPath: string): Promise<RunningGateway> {
 }
 
 /**
- * SIGHUP: re-read the file and apply its budget and policy. A file that fails validation changes
- * nothing: the running configuration stays, and every problem is logged.
+ * SIGHUP: re-read the file and apply its budget and policy. A file that fails validation, or that
+ * lacks an enforcement block the running file has (a file read mid-write: config/reload-guard.ts),
+ * changes nothing: the running configuration stays, and every problem is logged.
  */
 export function reload(configPath: string, gateway: RunningGateway, log: Logger): boolean {
-  let next: Config
   try {
-    next = loadConfig(configPath)
+    const next = loadConfig(configPath)
+    addLogSecrets(log, configSecrets(next)) // a reload may bring a new secret (a rotated admin token)
+    gateway.reload(next)
+    return true
   } catch (err) {
     const problems = err instanceof ConfigError ? err.problems : [describeError(err)]
     log.error('configuration reload rejected: the running configuration is unchanged', { config: configPath, problems })
     gateway.audit.reopen() // log rotation does not wait for a valid config
     return false
   }
-  addLogSecrets(log, configSecrets(next)) // a reload may bring a new secret (a rotated admin token)
-  gateway.reload(next)
-  return true
 }
 
 /**

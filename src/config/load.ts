@@ -167,7 +167,7 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
       // Receiving the request only (headers and body): a streamed response is never cut by it.
       requestTimeoutSeconds: r.number(o.request_timeout_seconds, 'request_timeout_seconds', 300, 0, 3600, true),
     },
-    http: readHttp(r, o),
+    http: readHttp(r, o, listen),
     shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),
     // 0 by default: a plain process stops at once; behind a load balancer set it above the probe interval.
     shutdownDelaySeconds: r.number(o.shutdown_delay_seconds, 'shutdown_delay_seconds', 0, 0, 600),
@@ -211,7 +211,7 @@ function readListen(r: Reader, value: unknown): Config['listen'] {
   return { host: match[1].replace(/^\[|\]$/g, ''), port }
 }
 
-function readHttp(r: Reader, o: Record<string, unknown>): HttpConfig {
+function readHttp(r: Reader, o: Record<string, unknown>, listen: Config['listen']): HttpConfig {
   const strings = (key: string, check: (value: string) => string | null): string[] => {
     const out: string[] = []
     r.list(o[key], key).forEach((item, i) => {
@@ -223,11 +223,21 @@ function readHttp(r: Reader, o: Record<string, unknown>): HttpConfig {
     })
     return out
   }
+  const allowedOrigins = strings('allowed_origins', checkOrigin)
   return {
-    allowedOrigins: strings('allowed_origins', checkOrigin),
+    allowedOrigins,
+    // A listed origin set is the operator's whole answer; unset, a loopback gateway is reached by pages
+    // on this machine only (the MCP Inspector's), which could reach it without a browser anyway.
+    loopbackOrigins: allowedOrigins.length === 0 && isLoopbackAddress(listen.host),
     allowedHosts: strings('allowed_hosts', checkHost),
     trustedProxies: strings('trusted_proxies', checkProxy),
   }
+}
+
+/** `localhost`, 127.0.0.0/8 or ::1: an address only this machine can connect to. */
+function isLoopbackAddress(host: string): boolean {
+  const lower = host.toLowerCase()
+  return lower === 'localhost' || lower === '::1' || (isIP(lower) === 4 && lower.startsWith('127.'))
 }
 
 /** An origin as browsers send it (RFC 6454 serialization): scheme://host[:port], nothing after; or `null`. */

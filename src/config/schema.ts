@@ -468,7 +468,8 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   max_batch_messages: 'Most JSON-RPC messages in one batch; more gets 400.',
   max_concurrent_per_identity: 'Requests (streams included) one identity may have in flight; past it 429.',
   request_timeout_seconds: 'Time to receive a whole request (headers and body); past it 408. Never cuts a response.',
-  allowed_origins: 'Browser origins (scheme://host[:port]) allowed to call; any other Origin gets 403 (DNS-rebinding protection).',
+  allowed_origins:
+    "Browser origins (scheme://host[:port]) allowed to call besides the request's own; any other Origin gets 403 (DNS-rebinding protection). Empty on a loopback listener: loopback origins pass.",
   'allowed_origins[]': 'An origin as browsers send it: https://app.example.com, or null.',
   allowed_hosts: 'Host header values accepted ([] accepts any): example.com, 127.0.0.1:8080, [::1]:8080.',
   'allowed_hosts[]': 'A host name or IP address with an optional port.',

@@ -50,8 +50,16 @@ export type ToolRefusals = 'http' | 'result'
 
 /** Who may address the gateway: Host and Origin checks, and whose X-Forwarded-* chain is kept. */
 export interface HttpConfig {
-  /** Origins (`scheme://host[:port]`, lower-case, or `null`) a request may carry; a request with any other Origin gets 403. */
+  /**
+   * Origins (`scheme://host[:port]`, lower-case, or `null`) a request may carry besides its own; a request
+   * with any other Origin gets 403.
+   */
   readonly allowedOrigins: readonly string[]
+  /**
+   * `allowed_origins` is empty and `listen` is a loopback address: loopback origins (any port) are
+   * accepted, as the official SDK's loopback servers do (http/stage.ts).
+   */
+  readonly loopbackOrigins: boolean
   /** Host header values (`host` or `host:port`, lower-case) accepted; empty: any. */
   readonly allowedHosts: readonly string[]
   /** Peer addresses (IPs or CIDR blocks) whose X-Forwarded-* headers are extended rather than replaced. */

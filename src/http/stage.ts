@@ -36,8 +36,13 @@ const MAX_REASON_VALUE = 200
  *   The gateway rewrites Host for the upstream, so an upstream's own DNS-rebinding check (the SDK's
  *   allowedHosts) only ever sees the gateway's target; this check takes its place.
  * - An Origin header must be in `allowed_origins` (MCP 2025-11-25, Streamable HTTP, "Security
- *   Warning": servers MUST validate Origin to prevent DNS rebinding). A listed origin is recorded on
- *   the Exchange, and every response then carries CORS headers for it.
+ *   Warning": servers MUST validate Origin to prevent DNS rebinding), or be the request's own origin
+ *   (`http://` + its Host) when that Host is vouched for: listed in allowed_hosts, or a loopback name
+ *   (a rebinding page's Host is its own domain, never `localhost`). With allowed_origins empty and a
+ *   loopback listener, a loopback origin (`http(s)://localhost|127.0.0.1|[::1]`, any port: the MCP
+ *   Inspector's page) is accepted too, as the official SDK's servers accept any origin on loopback
+ *   (createMcpExpressApp validates only Host, against those three names). An accepted origin is
+ *   recorded on the Exchange, and every response then carries CORS headers for it.
  * - A CORS preflight from a listed origin is answered here with a 204: it never carries credentials
  *   (Fetch standard, CORS-preflight request), so it could not pass authentication, and it asks the
  *   gateway's CORS policy, not the upstream's.
@@ -47,13 +52,21 @@ const MAX_REASON_VALUE = 200
 export function httpStage(config: HttpConfig): Stage {
   const origins = new Set(config.allowedOrigins)
   const hosts = hostMatcher(config.allowedHosts)
+  const loopbackOrigins = config.loopbackOrigins
   return {
     name: 'http',
     run(ex: Exchange) {
       const origin = ex.req.headers.origin
       if (origin !== undefined) {
         // Browsers send the ASCII serialisation, lower-case; the comparison does not rely on it.
-        if (!origins.has(origin.toLowerCase())) return forbidden('origin', origin, 'allowed_origins', 'Forbidden: origin not allowed')
+        const lower = origin.toLowerCase()
+        if (
+          !origins.has(lower) &&
+          !isSameOrigin(lower, ex.req.headers.host, hosts !== null) &&
+          !(loopbackOrigins && LOOPBACK_ORIGIN.test(lower))
+        ) {
+          return forbidden('origin', origin, 'allowed_origins', 'Forbidden: origin not allowed')
+        }
         // Echoed as sent: a browser compares Access-Control-Allow-Origin to its Origin byte for byte.
         ex.corsOrigin = origin
       }
@@ -67,6 +80,23 @@ export function httpStage(config: HttpConfig): Stage {
       return CONTINUE
     },
   }
+}
+
+/** The names the official SDK treats as loopback (hostHeaderValidation's localhost list), with any port. */
+const LOOPBACK_HOST = /^(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?$/
+const LOOPBACK_ORIGIN = /^https?:\/\/(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?$/
+
+/**
+ * The request's own origin: the gateway speaks plain HTTP, so `http://` + the Host the browser
+ * addressed (RFC 6454 §4: scheme, host, port; Host omits the port exactly when the origin does). Only
+ * for a Host that is vouched for: allowed_hosts was checked (`hostsChecked`; the Host check runs
+ * next) or it is a loopback name. Without that, a DNS-rebinding page (`http://evil.example:8080`
+ * resolving to this gateway) would be same-origin with its own Host.
+ */
+function isSameOrigin(origin: string, host: string | undefined, hostsChecked: boolean): boolean {
+  if (host === undefined || origin.length !== host.length + 7 || !origin.startsWith('http://')) return false
+  const lowerHost = host.toLowerCase()
+  return origin.endsWith(lowerHost) && (hostsChecked || LOOPBACK_HOST.test(lowerHost))
 }
 
 function forbidden(what: string, value: string, key: string, message: string): Refusal {

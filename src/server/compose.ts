@@ -26,8 +26,10 @@ import type { BudgetStore } from '../budget/store'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
 import { concurrencyStages } from '../concurrency/stage'
 import { diffConfigs } from '../config/diff'
+import { enforcementLost } from '../config/reload-guard'
 import { keysNeedingRestart } from '../config/restart-keys'
 import type { Config } from '../config/types'
+import { ConfigError } from '../errors'
 import { pathStage } from '../http/path-stage'
 import { httpStage } from '../http/stage'
 import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
@@ -74,7 +76,8 @@ export interface RunningGateway {
   /**
    * Applies a new, already validated Config's `budget`, `policy` and `tool_refusals` to requests that
    * start from now on, keeping every count already used (the store stays). Returns the YAML keys that
-   * changed but only take effect after a restart; they are left as they were.
+   * changed but only take effect after a restart; they are left as they were. Throws a ConfigError,
+   * changing nothing, when `next` lacks an enforcement key the last file set (config/reload-guard.ts).
    */
   reload(next: Config): string[]
 }
@@ -177,6 +180,9 @@ async function wire(
   // The last config read from the file (current mixes it with startup values): the next reload's diff starts from it.
   let loaded = config
   const applyReload = (next: Config): string[] => {
+    // Before anything changes: a file read mid-write is valid YAML without its last blocks.
+    const lost = enforcementLost(loaded, next)
+    if (lost.length > 0) throw new ConfigError(lost)
     const restartNeeded = keysNeedingRestart(current, next)
     const diff = diffConfigs(loaded, next, restartNeeded)
     loaded = next

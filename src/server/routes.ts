@@ -25,7 +25,21 @@ export interface RouteDeps {
 
 const PROTECTED_RESOURCE = '/.well-known/oauth-protected-resource'
 
-/** /healthz, /readyz, /metrics (any method) and the RFC 9728 metadata: never proxied, never audited. */
+/**
+ * OAuth and OpenID discovery documents, in every form MCP clients try (the SDK's and mcp-remote's
+ * lists): RFC 9728 §3.1 protected-resource metadata and RFC 8414 §3.1 authorization-server metadata
+ * with the well-known segment before the path (`/.well-known/oauth-authorization-server/mcp`), and
+ * OpenID Connect Discovery 1.0 §4 with it before or after (`/mcp/.well-known/openid-configuration`).
+ */
+const DISCOVERY_PATH =
+  /^(?:\/\.well-known\/(?:oauth-protected-resource|oauth-authorization-server|openid-configuration)(?:\/.*)?|\/.*\/\.well-known\/(?:openid-configuration|oauth-authorization-server))$/
+
+const NOT_FOUND_BODY = JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: 404, message: 'Not found' } })
+
+/**
+ * /healthz, /readyz, /metrics (any method), the RFC 9728 metadata, and a 404 to every other OAuth/OpenID
+ * discovery GET: never proxied, never audited.
+ */
 export function localRoutes(deps: RouteDeps): LocalRoutes {
   // /readyz needs no token: every check is shared (one probe in flight, a result reused for 1 s), so
   // a flood of probes costs the database one connection a second, not one per request.
@@ -69,6 +83,20 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
       if (metadataBody !== null && (path === PROTECTED_RESOURCE || path.startsWith(`${PROTECTED_RESOURCE}/`))) {
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' })
         res.end(metadataBody)
+        return true
+      }
+      // The gateway is the OAuth resource server its clients see: an upstream's own discovery documents
+      // would send them to an authorization server whose tokens the gateway does not accept. Clients
+      // (mcp-remote: six of them per start) send these GETs without the token, as RFC 9728 §3 and RFC
+      // 8414 §3 intend; answering 401 and auditing `unauthorized` made every start read as six failed
+      // logins. Not audited, as /healthz: a public, constant answer about no caller and no upstream.
+      if ((req.method === 'GET' || req.method === 'HEAD') && path.includes('/.well-known/') && DISCOVERY_PATH.test(path)) {
+        res.writeHead(404, {
+          'content-type': 'application/json',
+          'cache-control': 'no-store',
+          'content-length': Buffer.byteLength(NOT_FOUND_BODY),
+        })
+        res.end(req.method === 'HEAD' ? undefined : NOT_FOUND_BODY)
         return true
       }
       return false

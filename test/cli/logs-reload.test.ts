@@ -12,6 +12,7 @@ import { loadConfig, parseConfig } from '../../src/config/load'
 import { configOrigin } from '../../src/config/origin'
 import { keysNeedingRestart } from '../../src/config/restart-keys'
 import type { Config } from '../../src/config/types'
+import { hour, hs } from '../auth/forge'
 import { ROOT, cliMain, killServed, startServe } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
@@ -230,6 +231,36 @@ describe('SIGHUP through a real wardline serve', () => {
       },
     ])
     for (const secret of [JWT_SECRET_A, JWT_SECRET_B, 'old-db-password', 'new-db-password']) expect(served.stderr()).not.toContain(secret)
+    expect(await served.stop()).toBe(0)
+  })
+
+  test('a file cut before policy: (a write in progress) is refused with one error line, and the denied tool stays denied', async () => {
+    const dir = tempDir()
+    const file = join(dir, 'wardline.yaml')
+    const text = yaml.dump(BASE)
+    writeFileSync(file, text)
+    const served = await startServe(file)
+    const deploy = async (): Promise<number> => {
+      const token = await hs({ sub: 'intern-1', exp: hour() }, JWT_SECRET_A)
+      const res = await fetch(`${served.url}/mcp`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'deploy', arguments: {} } }),
+      })
+      await res.arrayBuffer()
+      return res.status
+    }
+    expect(await deploy()).toBe(403)
+    writeFileSync(file, text.slice(0, text.indexOf('policy:')))
+    served.child.kill('SIGHUP')
+    await waitFor(() => served.stderr().includes('configuration reload rejected'), { what: 'the refusal to be logged' })
+    expect(records(served.stderr()).find((r) => String(r.message).startsWith('configuration reload'))).toMatchObject({
+      level: 'error',
+      message: 'configuration reload rejected: the running configuration is unchanged',
+      config: file,
+      problems: [expect.stringMatching(/^policy: set in the running configuration, missing or blank in the file/)],
+    })
+    expect(await deploy()).toBe(403)
     expect(await served.stop()).toBe(0)
   })
 

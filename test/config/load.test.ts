@@ -19,7 +19,7 @@ describe('configuration loading', () => {
       maxConcurrentPerIdentity: 64,
       requestTimeoutSeconds: 300,
     })
-    expect(config.http).toEqual({ allowedOrigins: [], allowedHosts: [], trustedProxies: [] })
+    expect(config.http).toEqual({ allowedOrigins: [], loopbackOrigins: true, allowedHosts: [], trustedProxies: [] })
     expect(config.features).toEqual({ budgetEnforcement: false, postgresStorage: false })
     expect(config.audit.output).toBe('stdout')
     expect(Object.isFrozen(config.upstream)).toBe(true)
@@ -61,6 +61,7 @@ describe('configuration loading', () => {
     )
     expect(config.http).toEqual({
       allowedOrigins: ['http://localhost:6274', 'null'],
+      loopbackOrigins: false,
       allowedHosts: ['example.com', '127.0.0.1:8080', '[::1]:8080'],
       trustedProxies: ['10.0.0.0/8', '::1'],
     })

@@ -95,10 +95,74 @@ describe('Origin', () => {
     },
   )
 
-  test('with the default empty list any Origin is refused, null included unless listed', () => {
-    expect(refusal(httpStage(http({})).run(exchange('GET', [['Origin', 'http://localhost:6274']])) as Verdict).status).toBe(403)
-    expect(refusal(httpStage(http({})).run(exchange('GET', [['Origin', 'null']])) as Verdict).status).toBe(403)
+  test('with the default empty list on a loopback listener, loopback origins pass (any port) and every other is refused', () => {
+    const loopback = httpStage(http({})) // listen defaults to 127.0.0.1:8080
+    const run = (origin: string, host = '127.0.0.1:8080'): Verdict =>
+      loopback.run(
+        exchange('POST', [
+          ['Host', host],
+          ['Origin', origin],
+        ]),
+      ) as Verdict
+    for (const origin of [
+      'http://localhost:6274',
+      'http://127.0.0.1:3000',
+      'https://[::1]:443',
+      'HTTP://LOCALHOST',
+      'http://localhost:6277',
+    ]) {
+      expect(run(origin)).toBe(CONTINUE)
+    }
+    for (const origin of [
+      'null',
+      'http://evil.example',
+      'http://localhost.evil.example',
+      'http://127.0.0.2:80',
+      'file://',
+      'ws://localhost:1',
+    ]) {
+      expect(refusal(run(origin))).toMatchObject({ status: 403, reason: `origin ${origin} not in allowed_origins` })
+    }
+    // The same list on a listener other hosts reach: a loopback origin is no longer this machine's page.
+    expect(
+      refusal(httpStage(http({ listen: '0.0.0.0:8080' })).run(exchange('POST', [['Origin', 'http://localhost:6274']])) as Verdict).status,
+    ).toBe(403)
+    // A listed set replaces the loopback default.
+    expect(
+      refusal(
+        stage.run(
+          exchange('POST', [
+            ['Host', 'localhost:1'],
+            ['Origin', 'http://localhost:6275'],
+          ]),
+        ) as Verdict,
+      ).status,
+    ).toBe(403)
     expect(stage.run(exchange('GET', [['Origin', 'null']]))).toBe(CONTINUE)
+  })
+
+  test("a request's own origin passes when its Host is vouched for (allowed_hosts, or a loopback name), whatever the listener", () => {
+    const open = httpStage(http({ listen: '0.0.0.0:8080' }))
+    const run = (s: ReturnType<typeof httpStage>, host: string, origin: string): Verdict =>
+      s.run(
+        exchange('POST', [
+          ['Host', host],
+          ['Origin', origin],
+        ]),
+      ) as Verdict
+    expect(run(open, '127.0.0.1:8080', 'http://127.0.0.1:8080')).toBe(CONTINUE)
+    expect(run(open, 'LocalHost:8080', 'http://localhost:8080')).toBe(CONTINUE)
+    expect(run(open, '[::1]:8080', 'http://[::1]:8080')).toBe(CONTINUE)
+    // A DNS-rebinding page is same-origin with its own Host: without allowed_hosts it is refused.
+    expect(refusal(run(open, 'evil.example:8080', 'http://evil.example:8080')).status).toBe(403)
+    expect(refusal(run(open, '127.0.0.1:8080', 'http://127.0.0.1:8081')).status).toBe(403)
+    expect(refusal(run(open, '127.0.0.1:8080', 'https://127.0.0.1:8080')).status).toBe(403) // not how this listener was reached
+    const named = httpStage(http({ listen: '0.0.0.0:8080', allowed_hosts: ['mcp.example.com'] }))
+    expect(run(named, 'mcp.example.com:8080', 'http://mcp.example.com:8080')).toBe(CONTINUE)
+    expect(refusal(run(named, 'evil.example:8080', 'http://evil.example:8080'))).toMatchObject({
+      status: 403,
+      reason: 'host evil.example:8080 not in allowed_hosts',
+    })
   })
 
   test('an over-long value is cut short in the audit reason', () => {

@@ -3,8 +3,11 @@ import { dirname, join } from 'node:path'
 import yaml from 'js-yaml'
 import { reload } from '../../src/cli/serve'
 import { loadConfig } from '../../src/config/load'
+import { enforcementLost } from '../../src/config/reload-guard'
 import { silentLogger } from '../../src/log'
+import { capturingLogger } from '../budget/budget-harness'
 import { MCP_HEADERS, as, configFrom, readJsonl, startHarness, tempDir, toolCall, type Harness } from '../helpers/harness'
+import { waitFor } from '../helpers/wait'
 
 async function call(h: Harness, tool: string, identity = 'alice'): Promise<number> {
   const res = await fetch(`${h.url}/mcp`, {
@@ -116,5 +119,105 @@ describe('shutdown_delay_seconds', () => {
       await h.upstream.close()
     }
     await expect(fetch(`${h.url}/healthz`)).rejects.toThrow()
+  })
+})
+
+/** Budget enforced, with room for every call these tests make (a denied call charges its identity bucket). */
+const ROOMY = { features: { budget_enforcement: true }, budget: { requests_per_window: 100, window_seconds: 3600 } }
+
+describe('a reload never drops an enforcement block it was not told to drop', () => {
+  /** The file as an operator writes it, enforcement blocks last; `cut` ends it just before `policy:`. */
+  function files(h: Harness) {
+    const tree = { ...h.tree, ...ROOMY, policy: { default: 'allow', rules: [{ identity: '*', tool: 'echo', effect: 'deny' }] } }
+    const text = yaml.dump(tree)
+    return { tree, text, cut: text.slice(0, text.indexOf('policy:')) }
+  }
+
+  test('a file cut before policy: (valid YAML) is refused: the denied tool stays denied, and the log says why', async () => {
+    const h = await startHarness({ mode: 'stateless-json', config: ROOMY })
+    try {
+      const file = join(tempDir(), 'wardline.yaml')
+      const { text, cut } = files(h)
+      writeFileSync(file, text)
+      expect(reload(file, h.gateway, silentLogger())).toBe(true)
+      expect(await call(h, 'echo')).toBe(403)
+
+      writeFileSync(file, cut) // what a reader sees while `cat new > wardline.yaml` is still writing
+      expect(loadConfig(file).policy).toBeNull() // the cut file alone is a valid config without a policy
+      const { log, lines } = capturingLogger()
+      expect(reload(file, h.gateway, log)).toBe(false)
+      expect(await call(h, 'echo')).toBe(403)
+      await waitFor(() => lines.length > 0, { what: 'the refusal to be logged' })
+      expect(lines).toEqual([
+        {
+          level: 'error',
+          message: 'configuration reload rejected: the running configuration is unchanged',
+          config: file,
+          problems: [
+            expect.stringMatching(
+              /^policy: set in the running configuration, missing or blank in the file .*write policy: \{default: allow\}/,
+            ),
+          ],
+        },
+      ])
+
+      writeFileSync(file, `${cut}policy:\n`) // cut one line later: the key with nothing after it
+      expect(reload(file, h.gateway, silentLogger())).toBe(false)
+      expect(await call(h, 'echo')).toBe(403)
+
+      writeFileSync(file, text) // the whole file again: applied (the guard compares with the last file applied)
+      expect(reload(file, h.gateway, silentLogger())).toBe(true)
+      expect(await call(h, 'echo')).toBe(403)
+    } finally {
+      await h.close()
+    }
+  })
+
+  test('removing a block on purpose is written out, and then applies', async () => {
+    const h = await startHarness({ mode: 'stateless-json', config: ROOMY })
+    try {
+      const file = join(tempDir(), 'wardline.yaml')
+      const { tree } = files(h)
+      writeFileSync(file, yaml.dump(tree))
+      expect(reload(file, h.gateway, silentLogger())).toBe(true)
+      expect(await call(h, 'echo')).toBe(403)
+      writeFileSync(file, yaml.dump({ ...tree, policy: { default: 'allow' } }))
+      expect(reload(file, h.gateway, silentLogger())).toBe(true)
+      expect(await call(h, 'echo')).toBe(200)
+    } finally {
+      await h.close()
+    }
+  })
+
+  test('budget, auth, allowed_hosts and feature flags are guarded the same way; a policy moving to a policy_file is not a loss', () => {
+    const dir = tempDir()
+    writeFileSync(join(dir, 'policy.yaml'), yaml.dump({ default: 'deny' }))
+    const base = {
+      listen: '127.0.0.1:0',
+      upstream: 'http://127.0.0.1:1',
+      auth: { mode: 'header' },
+      audit: { output: 'stdout' },
+      allowed_hosts: ['localhost:8080'],
+      features: { budget_enforcement: true },
+      budget: { requests_per_window: 5, window_seconds: 60 },
+      policy: { default: 'deny' },
+    }
+    const from = (tree: Record<string, unknown>) => configFrom(tree, {}, dir)
+    const lost = (next: Record<string, unknown>) => enforcementLost(from(base), from(next)).map((p) => p.split(':')[0])
+    const without = (...keys: string[]) => Object.fromEntries(Object.entries(base).filter(([k]) => !keys.includes(k)))
+    expect(lost(base)).toEqual([])
+    expect(lost(without('budget', 'policy'))).toEqual(['policy', 'budget'])
+    expect(lost({ ...base, budget: null })).toEqual(['budget'])
+    expect(lost(without('features', 'budget', 'policy'))).toEqual(['policy', 'budget', 'features.budget_enforcement'])
+    expect(lost({ ...base, features: {} })).toEqual(['features.budget_enforcement'])
+    expect(lost(without('allowed_hosts'))).toEqual(['allowed_hosts'])
+    expect(lost({ ...without('policy'), policy_file: 'policy.yaml' })).toEqual([])
+    // Written out, each is the operator's own.
+    expect(lost({ ...base, features: { budget_enforcement: false }, budget: {}, allowed_hosts: [], policy: { default: 'allow' } })).toEqual(
+      [],
+    )
+    expect(enforcementLost(from(without('budget', 'policy')), from(without('budget', 'policy', 'allowed_hosts')))).toHaveLength(1)
+    // A key the running file never set, or set to what its absence means, is not guarded.
+    expect(enforcementLost(from({ ...base, allowed_hosts: [] }), from(without('allowed_hosts')))).toEqual([])
   })
 })
