@@ -3,6 +3,7 @@ import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource
 import { type Exchange, type JsonRpcId, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
+import { idKey } from './id-key'
 
 /**
  * What each list answer holds: the result member with the entries, the field that names an entry's
@@ -34,12 +35,14 @@ export const LIST_METHODS: readonly string[] = KINDS.map((k) => k.method)
  */
 export interface ListFilterState {
   current: CompiledPolicy | null
-  /** `<session>\n<id>` of every list call in flight in a session, with how many (see `run`). */
+  /** `<session>\n<id key>` of every list call in flight in a session, with how many (see `run`). */
   readonly pending: Map<string, number>
+  /** How many list calls are in flight per session: every answer in such a session is read (see `alsoReads`). */
+  readonly sessions: Map<string, number>
 }
 
 export function listFilterState(): ListFilterState {
-  return { current: null, pending: new Map() }
+  return { current: null, pending: new Map(), sessions: new Map() }
 }
 
 const REUSED_ID: Refusal = {
@@ -52,9 +55,9 @@ const REUSED_ID: Refusal = {
 
 /**
  * Hides from list answers what the caller may not use (docs/policy.md, "What an agent sees"). It
- * reads the answers of the four list methods and every server-to-client stream (a GET stream, the
+ * reads the answers of the four list methods, every server-to-client stream (a GET stream, the
  * legacy /sse stream: a list answer can arrive there too, by resumption or on the legacy
- * transport). An answer is recognised by its shape, never by its id: ids are the caller's to choose,
+ * transport) and, while a list call runs in a session, every other answer of that session. An answer is recognised by its shape, never by its id: ids are the caller's to choose,
  * and a batch with two list calls under one id must not make a tools list pass as a prompts list.
  *
  * Removed entries are cut out of the text and every other byte stays as the upstream sent it (only a
@@ -65,12 +68,27 @@ export function listFilterStage(state: ListFilterState): Stage {
   const registered = new WeakSet<Exchange>()
   return {
     name: 'list-filter',
-    answers: { methods: LIST_METHODS, reads: 'messages', streams: true },
+    answers: {
+      methods: LIST_METHODS,
+      reads: 'messages',
+      streams: true,
+      /**
+       * While a list call runs in a session, every other answer in that session is read too: a server
+       * may route the list's answer to another request's stream by a rule the id check in `run` does
+       * not foresee. Decided when the request is admitted; the GET streams are read anyway.
+       */
+      alsoReads(ex: Exchange): boolean {
+        if (state.sessions.size === 0) return false
+        const session = ex.req.headers['mcp-session-id']
+        return typeof session === 'string' && state.sessions.has(session)
+      },
+    },
     /**
      * A stateful server (the official SDKs) sends an answer to the stream of the latest POST that
-     * carried its id. A call that reuses the id of a list call still running in the same session
-     * would receive that list on its own stream, which the filter does not read: refused, as MCP
-     * forbids reusing an id within a session.
+     * carried its id, as it reads the id: the TypeScript SDK by value, the Python SDK by its text
+     * (`1` and `"1"` are one id there). A call whose id any server could confuse with that of a list
+     * call still running in the same session would receive that list on its own stream: refused
+     * (id-key.ts), as MCP forbids reusing an id within a session.
      */
     run(ex: Exchange) {
       const session = ex.req.headers['mcp-session-id']
@@ -78,13 +96,15 @@ export function listFilterStage(state: ListFilterState): Stage {
       if (typeof session !== 'string' || calls.length === 0) return CONTINUE
       const pending = state.pending
       if (pending.size > 0) {
-        for (let i = 0; i < calls.length; i++) if (calls[i].id !== undefined && pending.has(idKey(session, calls[i].id))) return REUSED_ID
+        for (let i = 0; i < calls.length; i++)
+          if (calls[i].id !== undefined && pending.has(sessionIdKey(session, calls[i].id))) return REUSED_ID
       }
       for (let i = 0; i < calls.length; i++) {
         const call = calls[i]
         if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
-        const key = idKey(session, call.id)
+        const key = sessionIdKey(session, call.id)
         pending.set(key, (pending.get(key) ?? 0) + 1)
+        state.sessions.set(session, (state.sessions.get(session) ?? 0) + 1)
         registered.add(ex)
       }
       return CONTINUE
@@ -95,10 +115,8 @@ export function listFilterStage(state: ListFilterState): Stage {
       const session = ex.req.headers['mcp-session-id'] as string
       for (const call of ex.calls) {
         if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
-        const key = idKey(session, call.id)
-        const left = (state.pending.get(key) ?? 1) - 1
-        if (left <= 0) state.pending.delete(key)
-        else state.pending.set(key, left)
+        release(state.pending, sessionIdKey(session, call.id))
+        release(state.sessions, session)
       }
     },
     onMessage(ex: Exchange, message: string): string {
@@ -270,8 +288,14 @@ function noteStreamTotals(ex: Exchange): void {
   ex.reason = ex.reason ? `${ex.reason}; ${note}` : note
 }
 
-function idKey(session: string, id: JsonRpcId | undefined): string {
-  return `${session}\n${typeof id === 'string' ? 's' : 'n'}${String(id)}`
+function sessionIdKey(session: string, id: JsonRpcId | undefined): string {
+  return `${session}\n${idKey(id ?? null)}`
+}
+
+function release(counts: Map<string, number>, key: string): void {
+  const left = (counts.get(key) ?? 1) - 1
+  if (left <= 0) counts.delete(key)
+  else counts.set(key, left)
 }
 
 const LIST_NOTE = 'list filtered by policy: '
