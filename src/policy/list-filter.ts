@@ -1,8 +1,9 @@
 import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
 import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
-import { type Exchange, type JsonRpcId, hasControlCharacters } from '../pipeline/exchange'
+import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
+import { completionRequests, filterCompletionMessage, mayHoldCompletion } from './completion-filter'
 import { idKey } from './id-key'
 
 /**
@@ -27,6 +28,16 @@ const KINDS: readonly ListKind[] = [
 ]
 
 export const LIST_METHODS: readonly string[] = KINDS.map((k) => k.method)
+/** The methods whose answers this stage reads: the lists, and completions (completion-filter.ts). */
+const READ_METHODS: readonly string[] = [...LIST_METHODS, 'completion/complete']
+
+/** A call whose answer is filtered: a list, or a completion whose values name resources. */
+function filtered(call: RpcCall): boolean {
+  return (
+    call.id !== undefined &&
+    (LIST_METHODS.includes(call.method) || (call.method === 'completion/complete' && call.policyMethod === 'resources/read'))
+  )
+}
 
 /**
  * The policy the filter judges with: the one in force now, so a stream opened before a reload follows
@@ -49,7 +60,7 @@ const REUSED_ID: Refusal = {
   status: 409,
   decision: 'error',
   rpcCode: INVALID_REQUEST,
-  reason: 'request id reuses the id of a list call still in flight in this session',
+  reason: 'request id reuses the id of a list or completion call still in flight in this session',
   message: 'Request id already in use in this session',
 }
 
@@ -69,7 +80,7 @@ export function listFilterStage(state: ListFilterState): Stage {
   return {
     name: 'list-filter',
     answers: {
-      methods: LIST_METHODS,
+      methods: READ_METHODS,
       reads: 'messages',
       streams: true,
       /**
@@ -101,7 +112,7 @@ export function listFilterStage(state: ListFilterState): Stage {
       }
       for (let i = 0; i < calls.length; i++) {
         const call = calls[i]
-        if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
+        if (!filtered(call)) continue
         const key = sessionIdKey(session, call.id)
         pending.set(key, (pending.get(key) ?? 0) + 1)
         state.sessions.set(session, (state.sessions.get(session) ?? 0) + 1)
@@ -114,7 +125,7 @@ export function listFilterStage(state: ListFilterState): Stage {
       if (!registered.delete(ex)) return
       const session = ex.req.headers['mcp-session-id'] as string
       for (const call of ex.calls) {
-        if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
+        if (!filtered(call)) continue
         release(state.pending, sessionIdKey(session, call.id))
         release(state.sessions, session)
       }
@@ -130,9 +141,16 @@ export function listFilterStage(state: ListFilterState): Stage {
       const judge = (kind: ListKind, target: string): boolean =>
         policy.effectOf(policy.match(principal?.identity ?? '', principal?.tenant ?? '', kind.judgedAs, target)) === 'allow' &&
         usable(kind, target)
-      const filtered = filterListMessage(message, judge)
-      if (filtered.counts.length > 0) noteHidden(ex, filtered.counts)
-      return filtered.text
+      const lists = filterListMessage(message, judge)
+      for (const c of lists.counts) noteHidden(ex, LIST_NOTE, c.kind.method, c.kind.key, c)
+      if (!mayHoldCompletion(lists.text)) return lists.text
+      const identity = principal?.identity ?? ''
+      const tenant = principal?.tenant ?? ''
+      const completions = filterCompletionMessage(lists.text, completionRequests(ex.body), (parts) =>
+        policy.allowsEvery(identity, tenant, 'resources/read', parts),
+      )
+      for (const c of completions.counts) noteHidden(ex, COMPLETION_NOTE, 'completion/complete', 'values', c)
+      return completions.text
     },
   }
 }
@@ -260,32 +278,39 @@ function cutEntries(text: string, batch: boolean, removals: Array<[number, ListK
   return parts.join('')
 }
 
-/** Notes on the audit entry how many entries each list answer hid (docs/policy.md). */
-function noteHidden(ex: Exchange, counts: readonly HiddenCount[]): void {
-  for (const count of counts) {
-    const call = ex.calls.find((c) => c.id === count.id && c.method === count.kind.method && !c.reason.includes(LIST_NOTE))
-    if (call !== undefined) {
-      const note = `${LIST_NOTE}${count.hidden} of ${count.total} ${count.kind.key} hidden`
-      call.reason = call.reason ? `${call.reason}; ${note}` : note
-      continue
-    }
-    // A stream (or an answer no call of this request asked for): one running total per kind, noted
-    // once when the request finishes, so a stream that carries a thousand lists has one short reason.
-    let totals = streamTotals.get(ex)
-    if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
-    const sum = totals.get(count.kind.key) ?? { hidden: 0, total: 0, answers: 0 }
-    totals.set(count.kind.key, { hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
+/**
+ * Notes on the audit entry how many entries of one answer were hidden (docs/policy.md): `note` names
+ * the filter, `what` the entries (`tools`, `values`).
+ */
+function noteHidden(ex: Exchange, note: string, method: string, what: string, count: { id: unknown; hidden: number; total: number }): void {
+  const call = ex.calls.find((c) => c.id === count.id && c.method === method && !c.reason.includes(note))
+  if (call !== undefined) {
+    const text = `${note}${count.hidden} of ${count.total} ${what} hidden`
+    call.reason = call.reason ? `${call.reason}; ${text}` : text
+    return
   }
+  // A stream (or an answer no call of this request asked for): one running total per kind, noted
+  // once when the request finishes, so a stream that carries a thousand lists has one short reason.
+  let totals = streamTotals.get(ex)
+  if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
+  const key = `${note}${what}`
+  const sum = totals.get(key) ?? { note, what, hidden: 0, total: 0, answers: 0 }
+  totals.set(key, { note, what, hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
 }
 
-/** The finish phase: what a stream's list answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
+/** The finish phase: what a stream's answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
 function noteStreamTotals(ex: Exchange): void {
   const totals = streamTotals.get(ex)
   if (totals === undefined) return
   streamTotals.delete(ex)
-  const notes = [...totals].map(([key, t]) => `${t.hidden} of ${t.total} ${key} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`)
-  const note = `${LIST_NOTE}${notes.join(', ')}`
-  ex.reason = ex.reason ? `${ex.reason}; ${note}` : note
+  for (const note of [LIST_NOTE, COMPLETION_NOTE]) {
+    const notes = [...totals.values()]
+      .filter((t) => t.note === note)
+      .map((t) => `${t.hidden} of ${t.total} ${t.what} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`)
+    if (notes.length === 0) continue
+    const text = `${note}${notes.join(', ')}`
+    ex.reason = ex.reason ? `${ex.reason}; ${text}` : text
+  }
 }
 
 function sessionIdKey(session: string, id: JsonRpcId | undefined): string {
@@ -299,7 +324,10 @@ function release(counts: Map<string, number>, key: string): void {
 }
 
 const LIST_NOTE = 'list filtered by policy: '
+const COMPLETION_NOTE = 'completion filtered by policy: '
 interface StreamTotal {
+  readonly note: string
+  readonly what: string
   readonly hidden: number
   readonly total: number
   readonly answers: number

@@ -240,7 +240,7 @@ describe('a call that reuses a pending list id in another spelling', () => {
     expect(listedTools(await (await list).text())).toEqual([['add']])
     const entries = (await h!.audit()).filter((e) => e.method === 'tools/list' || e.status === 409)
     expect(entries.map((e) => [e.method, e.status, e.reason])).toEqual([
-      ['tools/call', 409, 'request id reuses the id of a list call still in flight in this session'],
+      ['tools/call', 409, 'request id reuses the id of a list or completion call still in flight in this session'],
       ['tools/list', 200, 'list filtered by policy: 2 of 3 tools hidden'],
     ])
   })
