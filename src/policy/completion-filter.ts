@@ -37,6 +37,13 @@ export interface CompletionCount {
 const ENCODERS: readonly Encoder[] = [rfc6570Encode, sdkEncode, rawEncode]
 
 /**
+ * MCP (Completion, "Implementation Considerations"; the schema's CompleteResult) caps an answer at
+ * 100 values. Values past it are hidden unjudged: judging costs a scan of the rules per value when the
+ * template has a hole, so an answer of a million values would hold the event loop for seconds.
+ */
+const MAX_VALUES = 100
+
+/**
  * Cheap test before any parse: a message without the key `completion` cannot hold a completion
  * answer. The key may be written with escaped letters (`"c\u006fmpletion"`), so an escape of a
  * lower-case ASCII letter goes on to the full reading; the escapes of non-ASCII text that some
@@ -103,7 +110,7 @@ export function filterCompletionMessage(
     // Matched as a server would route the answer (id-key.ts): an answer to `1` may come back as `"1"`.
     const key = keyOf(message.id)
     const candidates = requests.filter((r) => keyOf(r.id) === key)
-    const kept = values.filter((value) => candidates.length > 0 && candidates.every((r) => keeps(r, value, allowed)))
+    const kept = values.filter((value, i) => i < MAX_VALUES && candidates.length > 0 && candidates.every((r) => keeps(r, value, allowed)))
     if (kept.length === values.length) continue
     completion.values = kept
     if (typeof completion.total === 'number') completion.total = Math.max(kept.length, completion.total - (values.length - kept.length))

@@ -132,6 +132,12 @@ describe('completion values judged as the resources/read of the URI they complet
     expect(out).toEqual({ values: ['a', 'b'], total: 38, hasMore: true, counts: [{ id: 1, hidden: 2, total: 4 }], same: false })
   })
 
+  test('values past the 100 MCP allows in one answer are hidden unjudged', () => {
+    const values = Array.from({ length: 150 }, (_, i) => `v${i}`)
+    const out = run(request('x://notes/{id}', 'id'), answer(values, { total: 150, hasMore: false }))
+    expect(out).toMatchObject({ values: values.slice(0, 100), total: 100, hasMore: false, counts: [{ id: 1, hidden: 50, total: 150 }] })
+  })
+
   test('an answer where nothing is hidden keeps its exact bytes', () => {
     const text = answer(['a', 'b'], { total: 2 }).replace(',', ' , ')
     expect(run(request('x://notes/{id}', 'id'), text).same).toBe(true)
