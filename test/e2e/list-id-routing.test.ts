@@ -21,7 +21,15 @@ import { gate } from './raw-upstream'
 type Json = Record<string, unknown>
 
 /** bob may call `add` only: a full tools list names `echo` and `whoami`, which he must not see. */
-const POLICY = { default: 'deny', rules: [{ identity: '*', tool: 'add', effect: 'allow' }] }
+const POLICY = {
+  default: 'deny',
+  rules: [
+    { identity: '*', tool: 'add', effect: 'allow' },
+    { identity: '*', method: 'resources/read', tool: 'example://notes/secret-*', effect: 'deny' },
+    { identity: '*', method: 'resources/read', tool: 'example://notes/*', effect: 'allow' },
+  ],
+}
+const NOTES = ['public-1', 'secret-1']
 const TOOLS = ['echo', 'add', 'whoami'].map((name) => ({ name, inputSchema: { type: 'object' } }))
 
 interface RoutingServer {
@@ -31,6 +39,8 @@ interface RoutingServer {
   openList(): void
   /** The ids of the tools/call requests it received, as sent. */
   readonly calls: unknown[]
+  /** The keys of the POST streams open now, in every session. */
+  openStreams(): string[]
   close(): Promise<void>
 }
 
@@ -93,9 +103,10 @@ async function routingServer(route: (id: unknown) => string, holdCalls: boolean)
       res.on('close', () => {
         if (session.streams.get(key) === res) session.streams.delete(key)
       })
-      if (message.method === 'tools/list') {
+      if (message.method === 'tools/list' || message.method === 'completion/complete') {
         listCalled()
-        void listGate.wait.then(() => send(session, { jsonrpc: '2.0', id: message.id, result: { tools: TOOLS } }))
+        const result = message.method === 'tools/list' ? { tools: TOOLS } : { completion: { values: NOTES, total: 2, hasMore: false } }
+        void listGate.wait.then(() => send(session, { jsonrpc: '2.0', id: message.id, result }))
       } else if (message.method === 'tools/call') {
         calls.push(message.id)
         if (!holdCalls) send(session, { jsonrpc: '2.0', id: message.id, result: { content: [{ type: 'text', text: 'ok' }] } })
@@ -108,6 +119,7 @@ async function routingServer(route: (id: unknown) => string, holdCalls: boolean)
     listCalled: listSeen,
     openList: () => listGate.open(),
     calls,
+    openStreams: () => [...sessions.values()].flatMap((session) => [...session.streams.keys()]),
     close: async () => {
       server.closeAllConnections()
       await new Promise<void>((resolve) => server.close(() => resolve()))
@@ -158,6 +170,7 @@ async function sdkServer(): Promise<RoutingServer> {
     listCalled: listSeen,
     openList: () => listGate.open(),
     calls,
+    openStreams: () => [],
     close: async () => {
       for (const t of transports.values()) await t.close().catch(() => undefined)
       server.closeAllConnections()
@@ -285,6 +298,37 @@ describe('a list answer a server delivers elsewhere than on its own stream', () 
     expect(entry).toMatchObject({ decision: 'allow', reason: 'list filtered by policy: 2 of 3 tools hidden in 1 answer' })
   })
 
+  test("a completion answer on another request's stream has every value hidden: its request is not that one", async () => {
+    const server = await routingServer((id) => String(id).toLowerCase(), true)
+    await behind(server)
+    const headers = await session()
+    const abort = new AbortController()
+    const completion = {
+      jsonrpc: '2.0',
+      id: 'abc',
+      method: 'completion/complete',
+      params: { ref: { type: 'ref/resource', uri: 'example://notes/{id}' }, argument: { name: 'id', value: '' } },
+    }
+    const pending = post(completion, headers, abort.signal).catch(() => null)
+    await server.listCalled
+    // The same id in another spelling any SDK would confuse: refused while the completion runs.
+    const reused = await post({ jsonrpc: '2.0', id: 'abc', method: 'tools/call', params: { name: 'add', arguments: {} } }, headers)
+    expect(reused.status).toBe(409)
+    await reused.text()
+    const call = await post({ jsonrpc: '2.0', id: 'ABC', method: 'tools/call', params: { name: 'add', arguments: {} } }, headers)
+    await waitFor(() => server.calls.length === 1, { what: 'the tools/call to reach the server' })
+    server.openList()
+    const answers = (await call.text())
+      .split('\n')
+      .filter((line) => line.startsWith('data: '))
+      .map((line) => JSON.parse(line.slice(6)) as { result: { completion: unknown } })
+    expect(answers.map((m) => m.result.completion)).toEqual([{ values: [], total: 0, hasMore: false }])
+    abort.abort()
+    await pending
+    const entry = (await h!.audit()).find((e) => e.method === 'tools/call' && e.status === 200)
+    expect(entry?.reason).toBe('completion filtered by policy: 2 of 2 values hidden in 1 answer')
+  })
+
   test("is filtered on the session's GET stream, where a server sends an answer whose stream is gone", async () => {
     const server = await routingServer(pythonStr, true)
     await behind(server)
@@ -298,6 +342,7 @@ describe('a list answer a server delivers elsewhere than on its own stream', () 
     await list
     // The gateway aborted the list's upstream request, so its stream is gone: the answer goes to GET.
     await waitFor(async () => (await h!.audit()).some((e) => e.method === 'tools/list'), { what: 'the aborted list to be audited' })
+    await waitFor(() => !server.openStreams().includes('5'), { what: "the server to see the list's stream close" })
     server.openList()
     let text = ''
     while (!text.includes('\n\n')) text += new TextDecoder().decode((await reader.read()).value as Uint8Array)
