@@ -46,9 +46,9 @@ function filtered(call: RpcCall): boolean {
  */
 export interface ListFilterState {
   current: CompiledPolicy | null
-  /** `<session>\n<id key>` of every list call in flight in a session, with how many (see `run`). */
+  /** `<session>\n<id key>` of every list (or ref/resource completion) call in flight in a session, with how many (see `run`). */
   readonly pending: Map<string, number>
-  /** How many list calls are in flight per session: every answer in such a session is read (see `alsoReads`). */
+  /** How many of those calls are in flight per session: every answer in such a session is read (see `alsoReads`). */
   readonly sessions: Map<string, number>
 }
 
@@ -68,8 +68,11 @@ const REUSED_ID: Refusal = {
  * Hides from list answers what the caller may not use (docs/policy.md, "What an agent sees"). It
  * reads the answers of the four list methods, every server-to-client stream (a GET stream, the
  * legacy /sse stream: a list answer can arrive there too, by resumption or on the legacy
- * transport) and, while a list call runs in a session, every other answer of that session. An answer is recognised by its shape, never by its id: ids are the caller's to choose,
- * and a batch with two list calls under one id must not make a tools list pass as a prompts list.
+ * transport) and, while a list call runs in a session, every other answer of that session. An
+ * answer is recognised by its shape, never by its id: ids are the caller's to choose, and a batch
+ * with two list calls under one id must not make a tools list pass as a prompts list. It also cuts
+ * from `ref/resource` completion answers the values naming what the caller may not read
+ * (completion-filter.ts); a `ref/resource` completion counts as a list call below.
  *
  * Removed entries are cut out of the text and every other byte stays as the upstream sent it (only a
  * message with duplicated keys is re-encoded, see cutEntries); an answer where nothing is hidden
