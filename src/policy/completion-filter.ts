@@ -19,7 +19,7 @@ import { type Encoder, UriTemplate, rawEncode, rfc6570Encode, sdkEncode } from '
  */
 
 /** The request a completion answer answers, as far as the filter needs it. */
-interface CompletionRequest {
+export interface CompletionRequest {
   readonly id: unknown
   /** Null for a `ref/prompt` completion, whose values name no resource. */
   readonly template: UriTemplate | null
@@ -80,17 +80,29 @@ export function completionRequests(body: Buffer | null): CompletionRequest[] {
   return out
 }
 
+/** The completion requests of `requests` an answer with this id may answer (its id read as a server would, id-key.ts). */
+export function requestsWithId(requests: readonly CompletionRequest[], id: unknown): CompletionRequest[] {
+  const key = keyOf(id)
+  return requests.filter((r) => keyOf(r.id) === key)
+}
+
 /**
- * Filters the completion answers in one JSON-RPC message or batch. `requests` are the completion
- * requests this answer may answer (none: an answer on a stream, or misrouted to another request's
- * stream, whose request is unknown: every value is hidden, as none can be judged). `allowed` says
+ * A request whose answers can never be judged (completion values all hidden): what a legacy session
+ * remembers for an id once too many requests share it (list-filter.ts).
+ */
+export const UNJUDGEABLE: CompletionRequest = { id: null, template: new UriTemplate(''), argument: null, context: new Map() }
+
+/**
+ * Filters the completion answers in one JSON-RPC message or batch. `requestsFor` gives the completion
+ * requests an answer with this id may answer (none: an answer on a stream, or misrouted to another
+ * request's stream, whose request is unknown: every value is hidden, as none can be judged). `allowed` says
  * whether `resources/read` is allowed for every URI of a family (literal parts around holes).
  * Returns the same string when nothing is hidden; otherwise the message re-encoded, `values` cut
  * and `total` lowered by as many (never below the values kept); `hasMore` stays as the server said.
  */
 export function filterCompletionMessage(
   text: string,
-  requests: readonly CompletionRequest[],
+  requestsFor: (id: unknown) => readonly CompletionRequest[],
   allowed: (parts: readonly string[]) => boolean,
 ): { text: string; counts: CompletionCount[] } {
   const bom = text.charCodeAt(0) === 0xfeff ? 1 : 0
@@ -107,9 +119,7 @@ export function filterCompletionMessage(
     const completion = message.result.completion
     if (!isObject(completion) || !Array.isArray(completion.values)) continue
     const values = completion.values as unknown[]
-    // Matched as a server would route the answer (id-key.ts): an answer to `1` may come back as `"1"`.
-    const key = keyOf(message.id)
-    const candidates = requests.filter((r) => keyOf(r.id) === key)
+    const candidates = requestsFor(message.id)
     const kept = values.filter((value, i) => i < MAX_VALUES && candidates.length > 0 && candidates.every((r) => keeps(r, value, allowed)))
     if (kept.length === values.length) continue
     completion.values = kept
@@ -135,7 +145,8 @@ function keeps(request: CompletionRequest, value: unknown, allowed: (parts: read
   return true
 }
 
-function keyOf(id: unknown): string {
+/** Ids matched as a server would route the answer (id-key.ts): an answer to `1` may come back as `"1"`. */
+export function keyOf(id: unknown): string {
   return idKey(typeof id === 'string' || typeof id === 'number' ? id : null)
 }
 

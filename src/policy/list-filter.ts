@@ -3,7 +3,15 @@ import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource
 import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
-import { completionRequests, filterCompletionMessage, mayHoldCompletion } from './completion-filter'
+import {
+  type CompletionRequest,
+  UNJUDGEABLE,
+  completionRequests,
+  filterCompletionMessage,
+  keyOf,
+  mayHoldCompletion,
+  requestsWithId,
+} from './completion-filter'
 import { idKey } from './id-key'
 
 /**
@@ -50,11 +58,24 @@ export interface ListFilterState {
   readonly pending: Map<string, number>
   /** How many of those calls are in flight per session: every answer in such a session is read (see `alsoReads`). */
   readonly sessions: Map<string, number>
+  /**
+   * The legacy transport answers a POST /messages?sessionId=… on the session's /sse stream, where the
+   * request is not at hand: its completion requests wait here, by session and id key, until their
+   * answer comes. Only sessions whose /sse stream runs through this process (learnt from its endpoint
+   * event, forgotten when it ends), so the map is bounded by the streams open.
+   */
+  readonly legacy: Map<string, Map<string, CompletionRequest[]>>
+  /** The legacy session of each /sse stream, from its endpoint event. */
+  readonly legacyStreams: WeakMap<Exchange, string>
 }
 
 export function listFilterState(): ListFilterState {
-  return { current: null, pending: new Map(), sessions: new Map() }
+  return { current: null, pending: new Map(), sessions: new Map(), legacy: new Map(), legacyStreams: new WeakMap() }
 }
+
+/** Completions awaiting their answer per legacy session, and requests per id: past them, answers are hidden. */
+const LEGACY_IDS = 32
+const LEGACY_PER_ID = 8
 
 const REUSED_ID: Refusal = {
   status: 409,
@@ -107,7 +128,11 @@ export function listFilterStage(state: ListFilterState): Stage {
     run(ex: Exchange) {
       const session = ex.req.headers['mcp-session-id']
       const calls = ex.calls
-      if (typeof session !== 'string' || calls.length === 0) return CONTINUE
+      if (typeof session !== 'string') {
+        if (state.legacy.size > 0 && calls.some((c) => c.method === 'completion/complete')) rememberLegacy(state, ex)
+        return CONTINUE
+      }
+      if (calls.length === 0) return CONTINUE
       const pending = state.pending
       if (pending.size > 0) {
         for (let i = 0; i < calls.length; i++)
@@ -125,6 +150,8 @@ export function listFilterStage(state: ListFilterState): Stage {
     },
     finish(ex: Exchange) {
       noteStreamTotals(ex)
+      const legacySession = state.legacyStreams.get(ex)
+      if (legacySession !== undefined) state.legacy.delete(legacySession)
       if (!registered.delete(ex)) return
       const session = ex.req.headers['mcp-session-id'] as string
       for (const call of ex.calls) {
@@ -134,6 +161,7 @@ export function listFilterStage(state: ListFilterState): Stage {
       }
     },
     onMessage(ex: Exchange, message: string): string {
+      if (ex.body === null && !state.legacyStreams.has(ex)) learnLegacySession(state, ex, message)
       // Requests, notifications and errors carry no list: most stream traffic stops here (a key can
       // be written with escapes, `"resul\u0074"`, so any escape goes on to the full reading).
       if (!message.includes('"result"') && !message.includes('\\u')) return message
@@ -149,12 +177,60 @@ export function listFilterStage(state: ListFilterState): Stage {
       if (!mayHoldCompletion(lists.text)) return lists.text
       const identity = principal?.identity ?? ''
       const tenant = principal?.tenant ?? ''
-      const completions = filterCompletionMessage(lists.text, completionRequests(ex.body), (parts) =>
+      const completions = filterCompletionMessage(lists.text, requestsOf(state, ex), (parts) =>
         policy.allowsEvery(identity, tenant, 'resources/read', parts),
       )
       for (const c of completions.counts) noteHidden(ex, COMPLETION_NOTE, 'completion/complete', 'values', c)
       return completions.text
     },
+  }
+}
+
+/**
+ * The completion requests an answer in this exchange may answer: those of its own body, or, on a
+ * legacy /sse stream, those its session's POSTs left waiting (each looked up once: its answer came).
+ */
+function requestsOf(state: ListFilterState, ex: Exchange): (id: unknown) => readonly CompletionRequest[] {
+  const session = state.legacyStreams.get(ex)
+  const waiting = session === undefined ? undefined : state.legacy.get(session)
+  if (waiting !== undefined) {
+    return (id) => {
+      const key = keyOf(id)
+      const requests = waiting.get(key) ?? []
+      waiting.delete(key)
+      return requests
+    }
+  }
+  const requests = completionRequests(ex.body)
+  return (id) => requestsWithId(requests, id)
+}
+
+/** A legacy /sse stream's endpoint event (data `/messages?sessionId=…`, not JSON) names its session. */
+function learnLegacySession(state: ListFilterState, ex: Exchange, data: string): void {
+  if (data.startsWith('{') || data.startsWith('[')) return
+  const q = data.indexOf('?')
+  const session = q < 0 ? null : new URLSearchParams(data.slice(q + 1)).get('sessionId')
+  if (!session) return
+  state.legacyStreams.set(ex, session)
+  state.legacy.set(session, new Map())
+}
+
+/**
+ * A legacy POST's completion requests wait for their answer on the session's stream. Two requests
+ * under one id are both judged (every one must keep a value); past LEGACY_PER_ID the id is
+ * unjudgeable, and past LEGACY_IDS ids new ones are not remembered: their answers are hidden. Never
+ * is a request forgotten while another under its id waits, so no answer is judged by the wrong one.
+ */
+function rememberLegacy(state: ListFilterState, ex: Exchange): void {
+  const waiting = state.legacy.get(ex.sessionId)
+  if (waiting === undefined) return
+  for (const request of completionRequests(ex.body)) {
+    const key = keyOf(request.id)
+    const requests = waiting.get(key)
+    if (requests === undefined) {
+      if (waiting.size < LEGACY_IDS) waiting.set(key, [request])
+    } else if (requests.length < LEGACY_PER_ID) requests.push(request)
+    else if (!requests.includes(UNJUDGEABLE)) requests.push(UNJUDGEABLE)
   }
 }
 

@@ -8,10 +8,12 @@ import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { type Harness, as, startHarness } from '../helpers/harness'
+import { waitFor } from '../helpers/wait'
 
 const POLICY = {
   default: 'deny',
@@ -130,5 +132,37 @@ describe.each([
     expect((await complete('example://files/{folder}/{name}', 'folder', '')).completion.values).toEqual(['docs', 'public'])
     // A file name without its folder could be in `private`: hidden, as nothing says it is not.
     expect((await complete('example://files/{folder}/{name}', 'name', '')).completion.values).toEqual([])
+  })
+})
+
+describe('completion values on the legacy HTTP+SSE transport (answers arrive on the /sse stream)', () => {
+  let h: Harness
+  beforeAll(async () => {
+    // The example server: example://notes/{id} completes 1, 2 and 10; the greeting prompt's name, Alice and Alan.
+    const policy = {
+      default: 'deny',
+      rules: [
+        { identity: '*', method: 'resources/read', tool: 'example://notes/1*', effect: 'deny' },
+        { identity: '*', method: 'resources/read', tool: 'example://notes/*', effect: 'allow' },
+        { identity: '*', method: 'prompts/get', tool: 'greeting', effect: 'allow' },
+      ],
+    }
+    h = await startHarness({ config: { policy } })
+  })
+  afterAll(async () => {
+    await h.close()
+  })
+
+  test('are judged against the request the client POSTed in that session', async () => {
+    const client = new Client({ name: 'legacy-agent', version: '1.0.0' })
+    await client.connect(new SSEClientTransport(new URL(`${h.url}/sse`), { requestInit: { headers: as('bob') } }))
+    const notes = await client.complete({ ref: { type: 'ref/resource', uri: 'example://notes/{id}' }, argument: { name: 'id', value: '' } })
+    const names = await client.complete({ ref: { type: 'ref/prompt', name: 'greeting' }, argument: { name: 'name', value: 'Al' } })
+    await client.close()
+    expect(notes.completion.values).toEqual(['2'])
+    expect(names.completion.values).toEqual(['Alice', 'Alan'])
+    // The stream's entry is written once the gateway has seen the client leave.
+    const stream = await waitFor(async () => (await h.audit()).find((e) => e.method === 'GET'), { what: 'the /sse stream to be audited' })
+    expect(stream.reason).toContain('completion filtered by policy: 2 of 3 values hidden in 1 answer')
   })
 })

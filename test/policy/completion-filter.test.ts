@@ -1,6 +1,6 @@
 import type { Effect, PolicyConfig, PolicyRule } from '../../src/config/types'
 import { compilePolicy } from '../../src/policy/compile'
-import { completionRequests, filterCompletionMessage, mayHoldCompletion } from '../../src/policy/completion-filter'
+import { completionRequests, filterCompletionMessage, mayHoldCompletion, requestsWithId } from '../../src/policy/completion-filter'
 import { Glob } from '../../src/policy/glob'
 import { UriTemplate, rfc6570Encode, sdkEncode } from '../../src/policy/uri-template'
 
@@ -121,7 +121,7 @@ describe('completion values judged as the resources/read of the URI they complet
     body: Buffer | null,
     text: string,
   ): { values: unknown[]; total?: number; hasMore?: boolean; counts: unknown[]; same: boolean } => {
-    const out = filterCompletionMessage(text, completionRequests(body), allowed)
+    const out = filterCompletionMessage(text, (id) => requestsWithId(completionRequests(body), id), allowed)
     const completion = (JSON.parse(out.text) as { result: { completion: { values: unknown[]; total?: number; hasMore?: boolean } } }).result
       .completion
     return { ...completion, counts: out.counts, same: out.text === text }
@@ -202,7 +202,7 @@ describe('completion values judged as the resources/read of the URI they complet
       ]),
     )
     const text = `[${answer(['secret', 'a'], {}, 1)},${answer(['private', 'docs'], {}, 2)}]`
-    const out = filterCompletionMessage(text, completionRequests(body), allowed)
+    const out = filterCompletionMessage(text, (id) => requestsWithId(completionRequests(body), id), allowed)
     const values = (JSON.parse(out.text) as Array<{ result: { completion: { values: string[] } } }>).map((m) => m.result.completion.values)
     expect(values).toEqual([['a'], ['docs']])
   })
