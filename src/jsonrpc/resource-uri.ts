@@ -35,7 +35,7 @@ export function resourceUriProblem(uri: string): string | null {
  * An RFC 6570 expression (§2.2–2.4): an optional operator, then variables with an optional prefix
  * length or explode modifier. `=,!@|` are reserved for future extensions and no SDK expands them.
  */
-const VARSPEC = '(?:[A-Za-z0-9_]|%[0-9A-F]{2})(?:\\.?(?:[A-Za-z0-9_]|%[0-9A-F]{2}))*(?::[1-9][0-9]{0,3}|\\*)?'
+export const VARSPEC = '(?:[A-Za-z0-9_]|%[0-9A-F]{2})(?:\\.?(?:[A-Za-z0-9_]|%[0-9A-F]{2}))*(?::[1-9][0-9]{0,3}|\\*)?'
 const EXPRESSION = new RegExp(`\\{[+#./;?&]?${VARSPEC}(?:,${VARSPEC})*\\}`, 'g')
 
 /**

@@ -7,14 +7,19 @@ import type { Outcome, Stage } from './stage'
  * forwarded request one length check.
  */
 export class AnswerPlan {
-  private readonly readers: ReadonlyArray<{ stage: Stage; methods: ReadonlySet<string>; messages: boolean }>
+  private readonly readers: ReadonlyArray<{ stage: Stage; methods: ReadonlySet<string>; messages: boolean; also: boolean }>
   /** The stages that read the messages of GET streams (AnswerInterest.streams), or null when none does. */
   private readonly streamReaders: Stage[] | null
 
   constructor(stages: readonly Stage[]) {
     this.readers = stages
       .filter((s) => s.answers !== undefined && s.answers.methods.length > 0)
-      .map((stage) => ({ stage, methods: new Set(stage.answers!.methods), messages: stage.answers!.reads === 'messages' }))
+      .map((stage) => ({
+        stage,
+        methods: new Set(stage.answers!.methods),
+        messages: stage.answers!.reads === 'messages',
+        also: stage.answers!.alsoReads !== undefined,
+      }))
     const streams = stages.filter((s) => s.answers?.streams === true && s.answers.reads === 'messages')
     this.streamReaders = streams.length === 0 ? null : streams
   }
@@ -34,12 +39,12 @@ export class AnswerPlan {
     const calls = ex.calls
     for (let r = 0; r < readers.length; r++) {
       const reader = readers[r]
-      for (let i = 0; i < calls.length; i++) {
-        if (!reader.methods.has(calls[i].method)) continue
-        ;(ex.answerReaders ??= []).push(reader.stage)
-        if (reader.messages) ex.readsMessages = true
-        break
-      }
+      let reads = false
+      for (let i = 0; i < calls.length && !reads; i++) reads = reader.methods.has(calls[i].method)
+      if (!reads && reader.also) reads = reader.stage.answers!.alsoReads!(ex)
+      if (!reads) continue
+      ;(ex.answerReaders ??= []).push(reader.stage)
+      if (reader.messages) ex.readsMessages = true
     }
   }
 }

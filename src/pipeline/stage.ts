@@ -95,6 +95,12 @@ export interface AnswerInterest {
    * standalone SSE stream, the legacy /sse stream), which answer no call of their own request.
    */
   readonly streams?: boolean
+  /**
+   * With `reads: 'messages'`: also reads the answer of a request that calls none of `methods` when
+   * this says so, asked once when the request is admitted (a stage whose interest depends on other
+   * requests in flight). Synchronous and cheap: it runs for every forwarded request.
+   */
+  alsoReads?(ex: Exchange): boolean
 }
 
 /** What became of a forwarded request at the upstream, as far as the gateway can tell. */

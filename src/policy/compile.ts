@@ -18,11 +18,15 @@ class Entry {
     private readonly identity: Glob,
     /** null: any tenant. */
     private readonly tenant: Glob | null,
-    private readonly target: Glob,
+    readonly target: Glob,
   ) {}
 
   matches(identity: string, tenant: string, target: string): boolean {
-    return this.identity.matches(identity) && (this.tenant === null || this.tenant.matches(tenant)) && this.target.matches(target)
+    return this.caller(identity, tenant) && this.target.matches(target)
+  }
+
+  caller(identity: string, tenant: string): boolean {
+    return this.identity.matches(identity) && (this.tenant === null || this.tenant.matches(tenant))
   }
 }
 
@@ -87,6 +91,7 @@ export class CompiledPolicy {
   readonly rules: readonly PolicyRule[]
   /** False when no call can be denied (default allow, no deny rule): then no list needs filtering. */
   readonly canDeny: boolean
+  private readonly entries: readonly Entry[]
   private readonly byMethod = new Map<string, readonly Category[]>()
   private readonly otherResources: readonly Category[]
   private readonly otherPrompts: readonly Category[]
@@ -98,6 +103,7 @@ export class CompiledPolicy {
     const entries = policy.rules.map(
       (rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.target)),
     )
+    this.entries = entries
     for (const method of GATED_METHODS) this.byMethod.set(method, buildTable(policy.rules, entries, method))
     this.otherResources = buildTable(policy.rules, entries, OTHER_RESOURCES)
     this.otherPrompts = buildTable(policy.rules, entries, OTHER_PROMPTS)
@@ -124,6 +130,25 @@ export class CompiledPolicy {
       }
     }
     return best === Number.MAX_SAFE_INTEGER ? -1 : best
+  }
+
+  /**
+   * Whether this call would be allowed for every target of a family: literal `parts` with any text
+   * between each two (uri-template.ts, an expansion with holes). Rule by rule, in order, as first match
+   * wins: a rule that surely matches every target decides; a deny rule that may match some target
+   * denies (sound: never says allowed when some target is not). A scan of every rule, for the rare
+   * answers that need it (a completion value whose template has variables nobody gave).
+   */
+  allowsEvery(identity: string, tenant: string, method: string, parts: readonly string[]): boolean {
+    if (parts.length === 1) return this.effectOf(this.match(identity, tenant, method, parts[0])) === 'allow'
+    for (let i = 0; i < this.rules.length; i++) {
+      const rule = this.rules[i]
+      const entry = this.entries[i]
+      if (!covers(rule.method, method) || !entry.caller(identity, tenant)) continue
+      if (entry.target.coversEvery(parts)) return rule.effect === 'allow'
+      if (rule.effect === 'deny' && entry.target.meetsSome(parts)) return false
+    }
+    return this.defaultEffect === 'allow'
   }
 
   /** The effect for a match() result. */

@@ -25,6 +25,31 @@ export class Glob {
     this.minLength = this.head.length + this.tail.length + this.middle.reduce((sum, part) => sum + part.length, 0)
   }
 
+  /**
+   * Whether every string of a family matches: `parts` are literal texts with any text between each two
+   * (at least two parts). Sound, not complete: false when unsure (a pattern with middle segments).
+   */
+  coversEvery(parts: readonly string[]): boolean {
+    if (this.any) return true
+    if (this.exact || this.middle.length > 0) return false
+    // The family's strings start with its first part and end with its last, which never overlap.
+    return parts[0].startsWith(this.head) && parts[parts.length - 1].endsWith(this.tail)
+  }
+
+  /**
+   * Whether some string of a family (as in coversEvery) may match. Sound, not complete: true when
+   * unsure; false only when the literal starts or ends disagree, or an exact pattern is outside it.
+   */
+  meetsSome(parts: readonly string[]): boolean {
+    // A literal `*` in a part becomes a wildcard here: a wider family, so still sound.
+    if (this.exact) return new Glob(parts.join('*')).matches(this.pattern)
+    const first = parts[0]
+    const last = parts[parts.length - 1]
+    const headsAgree = first.startsWith(this.head) || this.head.startsWith(first)
+    const tailsAgree = last.endsWith(this.tail) || this.tail.endsWith(last)
+    return headsAgree && tailsAgree
+  }
+
   matches(text: string): boolean {
     if (this.exact) return text === this.pattern
     if (this.any) return true

@@ -1,8 +1,18 @@
 import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
 import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
-import { type Exchange, type JsonRpcId, hasControlCharacters } from '../pipeline/exchange'
+import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
+import {
+  type CompletionRequest,
+  UNJUDGEABLE,
+  completionRequests,
+  filterCompletionMessage,
+  keyOf,
+  mayHoldCompletion,
+  requestsWithId,
+} from './completion-filter'
+import { idKey } from './id-key'
 
 /**
  * What each list answer holds: the result member with the entries, the field that names an entry's
@@ -26,6 +36,16 @@ const KINDS: readonly ListKind[] = [
 ]
 
 export const LIST_METHODS: readonly string[] = KINDS.map((k) => k.method)
+/** The methods whose answers this stage reads: the lists, and completions (completion-filter.ts). */
+const READ_METHODS: readonly string[] = [...LIST_METHODS, 'completion/complete']
+
+/** A call whose answer is filtered: a list, or a completion whose values name resources. */
+function filtered(call: RpcCall): boolean {
+  return (
+    call.id !== undefined &&
+    (LIST_METHODS.includes(call.method) || (call.method === 'completion/complete' && call.policyMethod === 'resources/read'))
+  )
+}
 
 /**
  * The policy the filter judges with: the one in force now, so a stream opened before a reload follows
@@ -34,28 +54,46 @@ export const LIST_METHODS: readonly string[] = KINDS.map((k) => k.method)
  */
 export interface ListFilterState {
   current: CompiledPolicy | null
-  /** `<session>\n<id>` of every list call in flight in a session, with how many (see `run`). */
+  /** `<session>\n<id key>` of every list (or ref/resource completion) call in flight in a session, with how many (see `run`). */
   readonly pending: Map<string, number>
+  /** How many of those calls are in flight per session: every answer in such a session is read (see `alsoReads`). */
+  readonly sessions: Map<string, number>
+  /**
+   * The legacy transport answers a POST /messages?sessionId=… on the session's /sse stream, where the
+   * request is not at hand: its completion requests wait here, by session and id key, until their
+   * answer comes. Only sessions whose /sse stream runs through this process (learnt from its endpoint
+   * event, forgotten when it ends), so the map is bounded by the streams open.
+   */
+  readonly legacy: Map<string, Map<string, CompletionRequest[]>>
+  /** The legacy session of each /sse stream, from its endpoint event. */
+  readonly legacyStreams: WeakMap<Exchange, string>
 }
 
 export function listFilterState(): ListFilterState {
-  return { current: null, pending: new Map() }
+  return { current: null, pending: new Map(), sessions: new Map(), legacy: new Map(), legacyStreams: new WeakMap() }
 }
+
+/** Completions awaiting their answer per legacy session, and requests per id: past them, answers are hidden. */
+const LEGACY_IDS = 32
+const LEGACY_PER_ID = 8
 
 const REUSED_ID: Refusal = {
   status: 409,
   decision: 'error',
   rpcCode: INVALID_REQUEST,
-  reason: 'request id reuses the id of a list call still in flight in this session',
+  reason: 'request id reuses the id of a list or completion call still in flight in this session',
   message: 'Request id already in use in this session',
 }
 
 /**
  * Hides from list answers what the caller may not use (docs/policy.md, "What an agent sees"). It
- * reads the answers of the four list methods and every server-to-client stream (a GET stream, the
+ * reads the answers of the four list methods, every server-to-client stream (a GET stream, the
  * legacy /sse stream: a list answer can arrive there too, by resumption or on the legacy
- * transport). An answer is recognised by its shape, never by its id: ids are the caller's to choose,
- * and a batch with two list calls under one id must not make a tools list pass as a prompts list.
+ * transport) and, while a list call runs in a session, every other answer of that session. An
+ * answer is recognised by its shape, never by its id: ids are the caller's to choose, and a batch
+ * with two list calls under one id must not make a tools list pass as a prompts list. It also cuts
+ * from `ref/resource` completion answers the values naming what the caller may not read
+ * (completion-filter.ts); a `ref/resource` completion counts as a list call below.
  *
  * Removed entries are cut out of the text and every other byte stays as the upstream sent it (only a
  * message with duplicated keys is re-encoded, see cutEntries); an answer where nothing is hidden
@@ -65,43 +103,65 @@ export function listFilterStage(state: ListFilterState): Stage {
   const registered = new WeakSet<Exchange>()
   return {
     name: 'list-filter',
-    answers: { methods: LIST_METHODS, reads: 'messages', streams: true },
+    answers: {
+      methods: READ_METHODS,
+      reads: 'messages',
+      streams: true,
+      /**
+       * While a list call runs in a session, every other answer in that session is read too: a server
+       * may route the list's answer to another request's stream by a rule the id check in `run` does
+       * not foresee. Decided when the request is admitted; the GET streams are read anyway.
+       */
+      alsoReads(ex: Exchange): boolean {
+        if (state.sessions.size === 0) return false
+        const session = ex.req.headers['mcp-session-id']
+        return typeof session === 'string' && state.sessions.has(session)
+      },
+    },
     /**
      * A stateful server (the official SDKs) sends an answer to the stream of the latest POST that
-     * carried its id. A call that reuses the id of a list call still running in the same session
-     * would receive that list on its own stream, which the filter does not read: refused, as MCP
-     * forbids reusing an id within a session.
+     * carried its id, as it reads the id: the TypeScript SDK by value, the Python SDK by its text
+     * (`1` and `"1"` are one id there). A call whose id any server could confuse with that of a list
+     * call still running in the same session would receive that list on its own stream: refused
+     * (id-key.ts), as MCP forbids reusing an id within a session.
      */
     run(ex: Exchange) {
       const session = ex.req.headers['mcp-session-id']
       const calls = ex.calls
-      if (typeof session !== 'string' || calls.length === 0) return CONTINUE
+      if (typeof session !== 'string') {
+        if (state.legacy.size > 0 && calls.some((c) => c.method === 'completion/complete')) rememberLegacy(state, ex)
+        return CONTINUE
+      }
+      if (calls.length === 0) return CONTINUE
       const pending = state.pending
       if (pending.size > 0) {
-        for (let i = 0; i < calls.length; i++) if (calls[i].id !== undefined && pending.has(idKey(session, calls[i].id))) return REUSED_ID
+        for (let i = 0; i < calls.length; i++)
+          if (calls[i].id !== undefined && pending.has(sessionIdKey(session, calls[i].id))) return REUSED_ID
       }
       for (let i = 0; i < calls.length; i++) {
         const call = calls[i]
-        if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
-        const key = idKey(session, call.id)
+        if (!filtered(call)) continue
+        const key = sessionIdKey(session, call.id)
         pending.set(key, (pending.get(key) ?? 0) + 1)
+        state.sessions.set(session, (state.sessions.get(session) ?? 0) + 1)
         registered.add(ex)
       }
       return CONTINUE
     },
     finish(ex: Exchange) {
       noteStreamTotals(ex)
+      const legacySession = state.legacyStreams.get(ex)
+      if (legacySession !== undefined) state.legacy.delete(legacySession)
       if (!registered.delete(ex)) return
       const session = ex.req.headers['mcp-session-id'] as string
       for (const call of ex.calls) {
-        if (call.id === undefined || !LIST_METHODS.includes(call.method)) continue
-        const key = idKey(session, call.id)
-        const left = (state.pending.get(key) ?? 1) - 1
-        if (left <= 0) state.pending.delete(key)
-        else state.pending.set(key, left)
+        if (!filtered(call)) continue
+        release(state.pending, sessionIdKey(session, call.id))
+        release(state.sessions, session)
       }
     },
     onMessage(ex: Exchange, message: string): string {
+      if (ex.body === null && !state.legacyStreams.has(ex)) learnLegacySession(state, ex, message)
       // Requests, notifications and errors carry no list: most stream traffic stops here (a key can
       // be written with escapes, `"resul\u0074"`, so any escape goes on to the full reading).
       if (!message.includes('"result"') && !message.includes('\\u')) return message
@@ -112,10 +172,65 @@ export function listFilterStage(state: ListFilterState): Stage {
       const judge = (kind: ListKind, target: string): boolean =>
         policy.effectOf(policy.match(principal?.identity ?? '', principal?.tenant ?? '', kind.judgedAs, target)) === 'allow' &&
         usable(kind, target)
-      const filtered = filterListMessage(message, judge)
-      if (filtered.counts.length > 0) noteHidden(ex, filtered.counts)
-      return filtered.text
+      const lists = filterListMessage(message, judge)
+      for (const c of lists.counts) noteHidden(ex, LIST_NOTE, c.kind.method, c.kind.key, c)
+      if (!mayHoldCompletion(lists.text)) return lists.text
+      const identity = principal?.identity ?? ''
+      const tenant = principal?.tenant ?? ''
+      const completions = filterCompletionMessage(lists.text, requestsOf(state, ex), (parts) =>
+        policy.allowsEvery(identity, tenant, 'resources/read', parts),
+      )
+      for (const c of completions.counts) noteHidden(ex, COMPLETION_NOTE, 'completion/complete', 'values', c)
+      return completions.text
     },
+  }
+}
+
+/**
+ * The completion requests an answer in this exchange may answer: those of its own body, or, on a
+ * legacy /sse stream, those its session's POSTs left waiting (each looked up once: its answer came).
+ */
+function requestsOf(state: ListFilterState, ex: Exchange): (id: unknown) => readonly CompletionRequest[] {
+  const session = state.legacyStreams.get(ex)
+  const waiting = session === undefined ? undefined : state.legacy.get(session)
+  if (waiting !== undefined) {
+    return (id) => {
+      const key = keyOf(id)
+      const requests = waiting.get(key) ?? []
+      waiting.delete(key)
+      return requests
+    }
+  }
+  const requests = completionRequests(ex.body)
+  return (id) => requestsWithId(requests, id)
+}
+
+/** A legacy /sse stream's endpoint event (data `/messages?sessionId=…`, not JSON) names its session. */
+function learnLegacySession(state: ListFilterState, ex: Exchange, data: string): void {
+  if (data.startsWith('{') || data.startsWith('[')) return
+  const q = data.indexOf('?')
+  const session = q < 0 ? null : new URLSearchParams(data.slice(q + 1)).get('sessionId')
+  if (!session) return
+  state.legacyStreams.set(ex, session)
+  state.legacy.set(session, new Map())
+}
+
+/**
+ * A legacy POST's completion requests wait for their answer on the session's stream. Two requests
+ * under one id are both judged (every one must keep a value); past LEGACY_PER_ID the id is
+ * unjudgeable, and past LEGACY_IDS ids new ones are not remembered: their answers are hidden. Never
+ * is a request forgotten while another under its id waits, so no answer is judged by the wrong one.
+ */
+function rememberLegacy(state: ListFilterState, ex: Exchange): void {
+  const waiting = state.legacy.get(ex.sessionId)
+  if (waiting === undefined) return
+  for (const request of completionRequests(ex.body)) {
+    const key = keyOf(request.id)
+    const requests = waiting.get(key)
+    if (requests === undefined) {
+      if (waiting.size < LEGACY_IDS) waiting.set(key, [request])
+    } else if (requests.length < LEGACY_PER_ID) requests.push(request)
+    else if (!requests.includes(UNJUDGEABLE)) requests.push(UNJUDGEABLE)
   }
 }
 
@@ -242,40 +357,56 @@ function cutEntries(text: string, batch: boolean, removals: Array<[number, ListK
   return parts.join('')
 }
 
-/** Notes on the audit entry how many entries each list answer hid (docs/policy.md). */
-function noteHidden(ex: Exchange, counts: readonly HiddenCount[]): void {
-  for (const count of counts) {
-    const call = ex.calls.find((c) => c.id === count.id && c.method === count.kind.method && !c.reason.includes(LIST_NOTE))
-    if (call !== undefined) {
-      const note = `${LIST_NOTE}${count.hidden} of ${count.total} ${count.kind.key} hidden`
-      call.reason = call.reason ? `${call.reason}; ${note}` : note
-      continue
-    }
-    // A stream (or an answer no call of this request asked for): one running total per kind, noted
-    // once when the request finishes, so a stream that carries a thousand lists has one short reason.
-    let totals = streamTotals.get(ex)
-    if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
-    const sum = totals.get(count.kind.key) ?? { hidden: 0, total: 0, answers: 0 }
-    totals.set(count.kind.key, { hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
+/**
+ * Notes on the audit entry how many entries of one answer were hidden (docs/policy.md): `note` names
+ * the filter, `what` the entries (`tools`, `values`).
+ */
+function noteHidden(ex: Exchange, note: string, method: string, what: string, count: { id: unknown; hidden: number; total: number }): void {
+  const call = ex.calls.find((c) => c.id === count.id && c.method === method && !c.reason.includes(note))
+  if (call !== undefined) {
+    const text = `${note}${count.hidden} of ${count.total} ${what} hidden`
+    call.reason = call.reason ? `${call.reason}; ${text}` : text
+    return
   }
+  // A stream (or an answer no call of this request asked for): one running total per kind, noted
+  // once when the request finishes, so a stream that carries a thousand lists has one short reason.
+  let totals = streamTotals.get(ex)
+  if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
+  const key = `${note}${what}`
+  const sum = totals.get(key) ?? { note, what, hidden: 0, total: 0, answers: 0 }
+  totals.set(key, { note, what, hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
 }
 
-/** The finish phase: what a stream's list answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
+/** The finish phase: what a stream's answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
 function noteStreamTotals(ex: Exchange): void {
   const totals = streamTotals.get(ex)
   if (totals === undefined) return
   streamTotals.delete(ex)
-  const notes = [...totals].map(([key, t]) => `${t.hidden} of ${t.total} ${key} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`)
-  const note = `${LIST_NOTE}${notes.join(', ')}`
-  ex.reason = ex.reason ? `${ex.reason}; ${note}` : note
+  for (const note of [LIST_NOTE, COMPLETION_NOTE]) {
+    const notes = [...totals.values()]
+      .filter((t) => t.note === note)
+      .map((t) => `${t.hidden} of ${t.total} ${t.what} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`)
+    if (notes.length === 0) continue
+    const text = `${note}${notes.join(', ')}`
+    ex.reason = ex.reason ? `${ex.reason}; ${text}` : text
+  }
 }
 
-function idKey(session: string, id: JsonRpcId | undefined): string {
-  return `${session}\n${typeof id === 'string' ? 's' : 'n'}${String(id)}`
+function sessionIdKey(session: string, id: JsonRpcId | undefined): string {
+  return `${session}\n${idKey(id ?? null)}`
+}
+
+function release(counts: Map<string, number>, key: string): void {
+  const left = (counts.get(key) ?? 1) - 1
+  if (left <= 0) counts.delete(key)
+  else counts.set(key, left)
 }
 
 const LIST_NOTE = 'list filtered by policy: '
+const COMPLETION_NOTE = 'completion filtered by policy: '
 interface StreamTotal {
+  readonly note: string
+  readonly what: string
   readonly hidden: number
   readonly total: number
   readonly answers: number
