@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
 import type { ToolRefusals } from '../config/types'
 import { WardlineError, describeError } from '../errors'
+import { BODY_CUT_OFF } from '../jsonrpc/read-body'
 import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refusal-result'
 import { writeLocalBody, writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
@@ -128,11 +129,11 @@ const CUT_AT_SHUTDOWN = 'connection closed by the gateway at shutdown (shutdown_
 
 /**
  * A request cut at shutdown keeps the reason it already had (a budget check that failed open must
- * still say so) and adds who closed it; the relay's "client closed the connection" is replaced, as
- * it was the gateway that closed it.
+ * still say so) and adds who closed it; the relay's "client closed the connection" (and the body
+ * reader's) is replaced, as it was the gateway that closed it.
  */
 function cutReason(reason: string): string {
-  if (reason === '' || reason === CLIENT_CLOSED) return CUT_AT_SHUTDOWN
+  if (reason === '' || reason === CLIENT_CLOSED || reason === BODY_CUT_OFF) return CUT_AT_SHUTDOWN
   return `${reason}; ${CUT_AT_SHUTDOWN}`
 }
 
