@@ -83,6 +83,8 @@ class Linger {
   private readonly onEnd = (): void => {
     this.bodyRead = true
     if (this.answered) this.closeOnceWritten()
+    // Not answered yet: closeSoon closes, once called; the time bound no longer has anything to cut.
+    else if (this.timer !== null) clearTimeout(this.timer)
   }
 
   /** In place of Node's destroySoon, once the answer is written: half-close, and close once the body is read. */
