@@ -2,13 +2,26 @@ import type { IncomingMessage } from 'node:http'
 
 export type BodyResult = { ok: true; body: Buffer } | { ok: false; tooLarge: true } | { ok: false; tooLarge: false; error: Error }
 
+/** Why a body stopped arriving when Node saw the connection end rather than the body. */
+export const BODY_CUT_OFF = 'client closed the connection before the body ended'
+
 /**
  * Reads a request body, giving up as soon as it passes `maxBytes` (a declared Content-Length over the
- * cap is refused before a byte is read). The caller answers 413 and Node discards the rest.
+ * cap is refused before a byte is read). The caller answers 413; what is left of the body is then
+ * read and discarded within bounds (server/linger.ts).
+ *
+ * Always settles, whenever the connection ends: the stages before this one (a token verified for the
+ * first time, waiting on the JWKS) can outlast the client, and a request whose connection already
+ * closed, or that Node already failed (a malformed chunk size), emits no further event a listener
+ * added now could hear. Such a request resolves at once; a request that ends while being read
+ * resolves on its 'close', which Node emits for every request whose connection goes.
  */
 export function readBody(req: IncomingMessage, maxBytes: number): Promise<BodyResult> {
   const declared = req.headers['content-length']
   if (declared !== undefined && Number(declared) > maxBytes) return Promise.resolve({ ok: false, tooLarge: true })
+  // Destroyed before a listener was here: 'aborted', 'error' and 'close' have all been emitted, and the
+  // bytes Node had buffered are gone (a body received whole, then the connection closed, included).
+  if (req.destroyed) return Promise.resolve({ ok: false, tooLarge: false, error: req.errored ?? new Error(BODY_CUT_OFF) })
   return new Promise((resolve) => {
     const chunks: Buffer[] = []
     let size = 0
@@ -16,7 +29,6 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<BodyRe
       size += chunk.length
       if (size > maxBytes) {
         cleanup()
-        req.resume() // keep draining so the socket can carry our 413
         resolve({ ok: false, tooLarge: true })
         return
       }
@@ -30,15 +42,14 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<BodyRe
       cleanup()
       resolve({ ok: false, tooLarge: false, error })
     }
-    const onAborted = (): void => onError(new Error('client closed the connection before the body ended'))
+    // 'close' before 'end' (cleanup removes this listener at 'end'): the connection went, whether the
+    // whole body had arrived (req.complete) or not, since what was not read yet was dropped with it.
+    const onClose = (): void => onError(req.errored ?? new Error(BODY_CUT_OFF))
     const cleanup = (): void => {
       req.off('data', onData)
       req.off('end', onEnd)
       req.off('error', onError)
       req.off('close', onClose)
-    }
-    const onClose = (): void => {
-      if (!req.complete) onAborted()
     }
     req.on('data', onData)
     req.on('end', onEnd)

@@ -2,7 +2,7 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, PARSE_ERROR, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { type ParseResult, classifyScan } from './parse'
-import { type BodyResult, readBody } from './read-body'
+import { BODY_CUT_OFF, type BodyResult, readBody } from './read-body'
 import { JsonScanner, type ScanLimits } from './scan'
 
 export interface JsonRpcLimits extends ScanLimits {
@@ -67,12 +67,28 @@ function keepBody(ex: Exchange, read: BodyResult, tooLargeRefusal: Refusal): Ref
 
 /**
  * A body that stopped arriving. When request_timeout_seconds ran out, Node has already answered 408
- * on the socket and destroyed it with ERR_HTTP_REQUEST_TIMEOUT: the audit says that, not a 400.
+ * on the socket and destroyed it with ERR_HTTP_REQUEST_TIMEOUT; when the body broke HTTP's framing (a
+ * malformed chunk size), Node has answered 400 itself: the audit says so, with the status the client
+ * got. A client that closed its connection got nothing: 499, as for any client that leaves first.
  */
 function unreadable(ex: Exchange, err: Error): Refusal {
   const errored: NodeJS.ErrnoException | null = ex.req.socket.errored
-  if (errored?.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+  const code = errored?.code
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     return { status: 408, decision: 'error', reason: 'request not received within request_timeout_seconds', message: 'Request timeout' }
+  }
+  // A connection that ends mid-body fails Node's parser with HPE_INVALID_EOF_STATE: a client that left.
+  if (code?.startsWith('HPE_') && code !== 'HPE_INVALID_EOF_STATE') {
+    return {
+      status: 400,
+      decision: 'error',
+      reason: `request body not valid HTTP/1.1 framing (${code}): answered 400 by Node, connection closed`,
+      message: 'Bad request',
+    }
+  }
+  if (ex.req.destroyed) {
+    ex.aborted = true
+    return { status: 499, decision: 'error', reason: BODY_CUT_OFF, message: 'Client closed request' }
   }
   return { status: 400, decision: 'error', reason: err.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }
 }

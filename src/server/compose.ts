@@ -50,6 +50,7 @@ import { upstreamFailureReporter } from '../upstream/failures'
 import { Upstream } from '../upstream/forward'
 import { LegacyStreams } from '../upstream/legacy-streams'
 import { Gateway } from './gateway'
+import { lingerBounds } from './linger'
 import { type Closer, Lifecycle, type LifecycleParts } from './lifecycle'
 import { localRoutes } from './routes'
 
@@ -174,7 +175,15 @@ async function wire(
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
   metrics.nameLabels(labelledNames(config.budget, config.policy))
   const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log })
-  const gateway = new Gateway(stages.build(config), upstream, audit, log, config.toolRefusals, stages.legacyStreams)
+  const gateway = new Gateway(
+    stages.build(config),
+    upstream,
+    audit,
+    log,
+    config.toolRefusals,
+    stages.legacyStreams,
+    lingerBounds(config.limits.maxBodyBytes),
+  )
 
   let current = config
   // The last config read from the file (current mixes it with startup values): the next reload's diff starts from it.

@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
 import type { ToolRefusals } from '../config/types'
 import { WardlineError, describeError } from '../errors'
+import { BODY_CUT_OFF } from '../jsonrpc/read-body'
 import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refusal-result'
 import { writeLocalBody, writeRpcError } from '../jsonrpc/reply'
 import type { Logger } from '../log'
@@ -13,6 +14,7 @@ import { AnswerPlan } from '../pipeline/answer'
 import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
 import { CLIENT_CLOSED, type Upstream } from '../upstream/forward'
 import type { LegacyStreams } from '../upstream/legacy-streams'
+import { DEFAULT_LINGER, type LingerBounds, lingerOnBody } from './linger'
 
 /** A stage chain, the answer plan made from it and how its refusals are answered, swapped together at a reload. */
 interface Chain {
@@ -68,6 +70,8 @@ export class Gateway {
     toolRefusals: ToolRefusals = 'http',
     /** Open legacy /sse streams (compose.ts): where a refused legacy POST's tool result goes. */
     private readonly legacyStreams: LegacyStreams | null = null,
+    /** How much of a body still arriving is read after an early answer (linger.ts). */
+    private readonly linger: LingerBounds = DEFAULT_LINGER,
   ) {
     this.chain = chainOf(stages, toolRefusals)
   }
@@ -84,7 +88,7 @@ export class Gateway {
     try {
       const verdict = runStages(chain.stages, ex)
       const refusal = verdict instanceof Promise ? await verdict : verdict
-      if (refusal !== null) refuse(ex, refusal, chain.toolRefusals, this.legacyStreams)
+      if (refusal !== null) refuse(ex, refusal, chain.toolRefusals, this.legacyStreams, this.linger)
       else {
         chain.answers.attach(ex)
         ex.forwarded = true // from here the request may run upstream: audited per batch element
@@ -119,8 +123,13 @@ export class Gateway {
         stack: (err as Error)?.stack,
       })
     if (!ex.res.headersSent) setLocalAnswerHeaders(ex)
-    const retry = status === 503 ? { 'retry-after': '1' } : undefined
-    writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, retry)
+    let headers: Record<string, string> | undefined = status === 503 ? { 'retry-after': '1' } : undefined
+    // Failed before the body was all read (a stage that threw): the same staged close as a refusal.
+    if (!ex.req.complete && !ex.res.headersSent) {
+      headers = { ...headers, connection: 'close' }
+      lingerOnBody(ex.req, this.linger)
+    }
+    writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, headers)
   }
 }
 
@@ -128,11 +137,11 @@ const CUT_AT_SHUTDOWN = 'connection closed by the gateway at shutdown (shutdown_
 
 /**
  * A request cut at shutdown keeps the reason it already had (a budget check that failed open must
- * still say so) and adds who closed it; the relay's "client closed the connection" is replaced, as
- * it was the gateway that closed it.
+ * still say so) and adds who closed it; the relay's "client closed the connection" (and the body
+ * reader's) is replaced, as it was the gateway that closed it.
  */
 function cutReason(reason: string): string {
-  if (reason === '' || reason === CLIENT_CLOSED) return CUT_AT_SHUTDOWN
+  if (reason === '' || reason === CLIENT_CLOSED || reason === BODY_CUT_OFF) return CUT_AT_SHUTDOWN
   return `${reason}; ${CUT_AT_SHUTDOWN}`
 }
 
@@ -143,15 +152,26 @@ const MESSAGES: Record<number, string> = {
   504: 'Gateway timeout: the MCP server did not answer in time',
 }
 
-export function refuse(ex: Exchange, refusal: Refusal, toolRefusals: ToolRefusals = 'http', legacy: LegacyStreams | null = null): void {
+export function refuse(
+  ex: Exchange,
+  refusal: Refusal,
+  toolRefusals: ToolRefusals = 'http',
+  legacy: LegacyStreams | null = null,
+  linger: LingerBounds = DEFAULT_LINGER,
+): void {
   setLocalAnswerHeaders(ex)
   ex.decision = refusal.decision
   ex.status = refusal.status
   ex.reason = refusal.reason
   const id = refusal.id !== undefined ? refusal.id : ex.replyId
-  // Refused before its body was read (a 401): close rather than let Node drain a body of any size
-  // from a caller nobody has authenticated.
-  const headers = ex.req.complete ? refusal.headers : { ...refusal.headers, connection: 'close' }
+  // Refused before its body was all read (a 401, a 413 on its declared length): close rather than let
+  // Node drain a body of any size from a caller nobody has authenticated, but read the rest of it
+  // within bounds first, so that the client still sending it reads this answer (linger.ts).
+  let headers = refusal.headers
+  if (!ex.req.complete) {
+    headers = { ...headers, connection: 'close' }
+    lingerOnBody(ex.req, linger)
+  }
   if (refusal.noBody) return writeEmpty(ex, refusal.status, headers)
   // JSON-RPC 2.0 §4.1: a notification is never answered. A refused one (a tools/call sent without an
   // id) gets 202 and no body, as the transport answers any notification; its audit entry still says

@@ -42,20 +42,26 @@ export interface JwksServer {
   lastFetchAt: number
   /** When true, every fetch gets a 503 (an identity provider in trouble). */
   failing: boolean
+  /** While set, every fetch is answered only once this settles (a slow identity provider). */
+  hold: Promise<void> | null
   close(): Promise<void>
 }
 
 export async function startJwksServer(keys: JWK[]): Promise<JwksServer> {
-  const state = { keys, fetches: 0, lastFetchAt: Number.NEGATIVE_INFINITY, failing: false }
+  const state = { keys, fetches: 0, lastFetchAt: Number.NEGATIVE_INFINITY, failing: false, hold: null as Promise<void> | null }
   const server: Server = createServer((_req, res) => {
     state.fetches++
     state.lastFetchAt = performance.now()
-    if (state.failing) {
-      res.writeHead(503).end()
-      return
+    const answer = (): void => {
+      if (state.failing) {
+        res.writeHead(503).end()
+        return
+      }
+      res.writeHead(200, { 'content-type': 'application/jwk-set+json' })
+      res.end(JSON.stringify({ keys: state.keys }))
     }
-    res.writeHead(200, { 'content-type': 'application/jwk-set+json' })
-    res.end(JSON.stringify({ keys: state.keys }))
+    if (state.hold === null) answer()
+    else void state.hold.then(answer)
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as AddressInfo
