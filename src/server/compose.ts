@@ -44,6 +44,7 @@ import { PostgresBringUp } from '../postgres/bring-up'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
+import { type SessionHooks, sessionStages } from '../session/stage'
 import { upstreamFailureReporter } from '../upstream/failures'
 import { Upstream } from '../upstream/forward'
 import { LegacyStreams } from '../upstream/legacy-streams'
@@ -57,6 +58,8 @@ export interface GatewayOptions {
   readonly processMetrics?: boolean
   /** Budget store to use instead of the configured one (tests inject a MemoryBudgetStore with their own clock). */
   readonly budgetStore?: BudgetStore
+  /** Clock session bindings idle by (tests inject one); Date.now by default. */
+  readonly sessionClock?: () => number
 }
 
 export interface RunningGateway {
@@ -170,7 +173,7 @@ async function wire(
   closers.push(() => upstream.destroy())
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
   metrics.nameLabels(labelledNames(config.budget, config.policy))
-  const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log })
+  const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log, sessionClock: options.sessionClock })
   const gateway = new Gateway(stages.build(config), upstream, audit, log, config.toolRefusals, stages.legacyStreams)
 
   let current = config
@@ -238,6 +241,7 @@ interface StageParts {
   readonly store: BudgetStore | null
   readonly metrics: Metrics
   readonly log: Logger
+  readonly sessionClock?: () => number
 }
 
 function stageChain(config: Config, parts: StageParts): StageChain {
@@ -251,6 +255,8 @@ function stageChain(config: Config, parts: StageParts): StageChain {
     authStage(authenticator, config.auth),
     // On every request, a token answered from the token cache included: a revocation applies at once.
     revocationStage(revocations, config.auth, () => metrics.revokedRequests.inc()),
+    // Before the body is read: a caller presenting a session another principal created gets 404.
+    ...sessionStages(config.limits, sessionHooks(parts, metrics, log)),
     pathStage(),
     jsonRpcStage(config.limits),
     // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before a
@@ -293,6 +299,22 @@ function stageChain(config: Config, parts: StageParts): StageChain {
         budget_degraded_checks_last_minute: degraded,
         budget_store: degraded > 0 ? 'degraded' : failOpens > 0 ? 'failing_open' : 'ok',
       }
+    },
+  }
+}
+
+/** The session stages' clock and what they report: refusals and early evictions (metrics, a rate-limited warning). */
+function sessionHooks(parts: StageParts, metrics: Metrics, log: Logger): SessionHooks {
+  const warnings = new RateLimitedLog(log)
+  return {
+    now: parts.sessionClock,
+    onRefused: () => metrics.sessionRefused.inc(),
+    onEvicted: (cause) => {
+      metrics.sessionBindingsEvicted.labels(cause).inc()
+      warnings.warn(
+        `session-${cause}`,
+        `session bindings evicted before they idled out (${cause === 'full' ? 'max_sessions' : 'max_sessions_per_identity'} reached): the evicted sessions are no longer checked against their creator`,
+      )
     },
   }
 }

@@ -1,0 +1,144 @@
+import type { Config } from '../config/types'
+import type { Exchange } from '../pipeline/exchange'
+import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { type Eviction, SessionBindings } from './bindings'
+
+/**
+ * A session belongs to the principal that created it. Anyone who knows an `Mcp-Session-Id` (every
+ * audit entry carries it) could otherwise call tools in it, open its GET stream (and receive the
+ * owner's sampling and elicitation requests) or DELETE it.
+ *
+ * The answer of an `initialize` names the session it created in its `Mcp-Session-Id` header (MCP
+ * 2025-03-26 and later, Streamable HTTP, "Session Management"): `onOutcome` binds that id to the
+ * caller before any byte of the answer reaches the client. A request that presents a bound id (the
+ * header, or the legacy transport's `sessionId` / `session_id` query parameter) from another
+ * principal gets the 404 the transport gives an unknown session ("the server MUST respond to requests
+ * containing that session ID with HTTP 404 Not Found"): the caller learns nothing it would not learn
+ * from a made-up id. A successful DELETE by the owner forgets the binding (`finish`).
+ *
+ * Runs right after authentication, before the body is read: a refused request costs no buffering.
+ * An id the gateway never saw created (created before a restart, through another replica, or idled
+ * out) passes: the upstream still validates it, as it did before this stage existed.
+ */
+export function sessionStage(bindings: SessionBindings, onRefused: () => void = () => undefined): Stage {
+  return {
+    name: 'session',
+    answers: { methods: ['initialize'], reads: 'outcome' },
+    run(ex: Exchange): Verdict {
+      const principal = ex.principal
+      if (principal === null || bindings.size === 0) return CONTINUE
+      const presented = presentedIds(ex)
+      if (presented === null) return CONTINUE
+      for (let i = 0; i < presented.length; i++) {
+        if (!bindings.allows(presented[i], principal)) {
+          onRefused()
+          return NOT_YOURS
+        }
+      }
+      return CONTINUE
+    },
+    onOutcome(ex: Exchange, outcome: Outcome): void {
+      const principal = ex.principal
+      const id = outcome.headers?.['mcp-session-id']
+      if (principal === null || typeof id !== 'string' || outcome.status < 200 || outcome.status > 299) return
+      // Only the answer of an initialize creates a session (its request carries no id of its own).
+      if (ex.single?.method !== 'initialize') return
+      bindings.bind(id, principal)
+    },
+    finish(ex: Exchange): void {
+      if (ex.req.method !== 'DELETE' || !ex.forwarded || ex.status < 200 || ex.status > 299 || ex.principal === null) return
+      const id = ex.req.headers['mcp-session-id']
+      if (typeof id === 'string') bindings.release(id, ex.principal)
+    },
+  }
+}
+
+/**
+ * The legacy HTTP+SSE transport (MCP 2024-11-05): GET /sse opens the session, and the stream's first
+ * event (`event: endpoint`) names the URL its messages go to, `/messages?sessionId=…` (TypeScript SDK)
+ * or `/messages/?session_id=…` (Python SDK). This reader of every GET stream binds that id to the
+ * stream's caller before the event reaches the client. The binding then idles out as any other: the
+ * session ends with its stream at the server, after which the id is unknown there.
+ */
+export function legacySessionStage(bindings: SessionBindings): Stage {
+  return {
+    name: 'legacy-session',
+    answers: { methods: [], reads: 'messages', streams: true },
+    run: () => CONTINUE,
+    onMessage(ex: Exchange, data: string): string {
+      // The endpoint event's data is a URL (every other event's a JSON-RPC message); it comes first.
+      const principal = ex.principal
+      if (principal === null || data.startsWith('{') || data.startsWith('[')) return data
+      const q = data.indexOf('?')
+      if (q < 0) return data
+      for (const [name, value] of new URLSearchParams(data.slice(q + 1))) {
+        if (isSessionParameter(name) && value !== '') bindings.bind(value, principal)
+      }
+      return data
+    },
+  }
+}
+
+const NOT_YOURS: Refusal = {
+  status: 404,
+  decision: 'deny',
+  reason: 'session created by another principal (Mcp-Session-Id or sessionId of a session this caller did not initialize)',
+  message: 'Session not found',
+}
+
+/**
+ * Every session id the request presents, as each upstream reading it may see it, or null when none:
+ * each `Mcp-Session-Id` field line on its own (Node joins repeated ones with `, `; Starlette reads the
+ * first, Node the joined text) and the joined text, and every value of a `sessionId` / `session_id`
+ * query parameter (Express reads the first, Starlette the last), brackets included (Express's qs reads
+ * `sessionId[]=x` as `['x']`, which indexes a Map-like object as `x`).
+ */
+function presentedIds(ex: Exchange): string[] | null {
+  let ids: string[] | null = null
+  const header = ex.req.headers['mcp-session-id']
+  if (typeof header === 'string') {
+    ids = [header]
+    if (header.includes(',')) for (const part of header.split(',')) ids.push(part.trim())
+  }
+  const url = ex.req.url ?? ''
+  const q = url.indexOf('?')
+  // Parameter names are read decoded (`session%5Fid` is `session_id` to every upstream).
+  if (q >= 0) {
+    for (const [name, value] of new URLSearchParams(url.slice(q + 1))) {
+      if (isSessionParameter(name)) (ids ??= []).push(value)
+    }
+  }
+  return ids
+}
+
+/**
+ * The legacy transport's session parameter as the SDKs name it, `sessionId` (TypeScript, Go) or
+ * `session_id` (Python), in any case and with any `[…]` suffix (qs's arrays and objects).
+ */
+function isSessionParameter(name: string): boolean {
+  const bracket = name.indexOf('[')
+  const lower = (bracket < 0 ? name : name.slice(0, bracket)).toLowerCase()
+  return lower === 'sessionid' || lower === 'session_id'
+}
+
+export interface SessionHooks {
+  /** The clock bindings idle by (tests inject one). */
+  readonly now?: () => number
+  /** Each request refused for presenting another principal's session. */
+  readonly onRefused?: () => void
+  /** Each binding forgotten early because a cap was reached. */
+  readonly onEvicted?: (cause: Eviction) => void
+}
+
+/**
+ * The session feature's stages, in chain order, over one set of bindings: built once per process (a
+ * reload reuses them), so sessions created before a reload stay bound after it.
+ */
+export function sessionStages(limits: Config['limits'], hooks: SessionHooks = {}): Stage[] {
+  const bindings = new SessionBindings(
+    { idleMs: limits.sessionIdleSeconds * 1000, maxSessions: limits.maxSessions, maxPerIdentity: limits.maxSessionsPerIdentity },
+    hooks.now,
+    hooks.onEvicted,
+  )
+  return [sessionStage(bindings, hooks.onRefused), legacySessionStage(bindings)]
+}
