@@ -17,6 +17,8 @@ interface Binding extends SessionOwner {
    * turn it back into a binding.
    */
   shared: boolean
+  /** The owner's streams of this session open now (GET streams, the legacy /sse stream): while any is, it does not idle out. */
+  streams: number
 }
 
 export interface SessionLimits {
@@ -81,7 +83,7 @@ export class SessionBindings {
       this.forget(this.byKey.values().next().value as Binding)
       this.onEvicted('full')
     }
-    const binding: Binding = { key, owner: okey, tenant: owner.tenant, identity: owner.identity, seenAtMs: t, shared: false }
+    const binding: Binding = { key, owner: okey, tenant: owner.tenant, identity: owner.identity, seenAtMs: t, shared: false, streams: 0 }
     this.byKey.set(key, binding)
     // The eviction above may have removed this principal's last binding, and its map with it.
     if (!this.byOwner.has(okey)) this.byOwner.set(okey, own)
@@ -98,7 +100,7 @@ export class SessionBindings {
     const binding = this.byKey.get(key)
     if (binding === undefined) return true
     const t = this.now()
-    if (t - binding.seenAtMs >= this.limits.idleMs) {
+    if (binding.streams === 0 && t - binding.seenAtMs >= this.limits.idleMs) {
       this.forget(binding)
       return true
     }
@@ -108,17 +110,41 @@ export class SessionBindings {
     return true
   }
 
+  /**
+   * The owner opened a stream of the session (true), which keeps the binding from idling out until
+   * `unpin`: a client listening on its GET stream for days without a request is still using it.
+   * False when `id` is not the caller's binding (nothing to keep).
+   */
+  pin(id: string, caller: SessionOwner): boolean {
+    const binding = this.byKey.get(sessionKey(id))
+    if (binding === undefined || binding.tenant !== caller.tenant || binding.identity !== caller.identity) return false
+    binding.streams++
+    return true
+  }
+
+  /** A stream `pin` counted has ended; its end counts as a use. */
+  unpin(id: string): void {
+    const binding = this.byKey.get(sessionKey(id))
+    if (binding === undefined || binding.streams === 0) return
+    binding.streams--
+    this.touch(binding, this.now())
+  }
+
   /** The owner deleted the session (the upstream answered its DELETE with a 2xx). */
   release(id: string, caller: SessionOwner): void {
     const binding = this.byKey.get(sessionKey(id))
     if (binding !== undefined && binding.tenant === caller.tenant && binding.identity === caller.identity) this.forget(binding)
   }
 
-  /** The bindings idle for idleMs or longer, least recently used first, are forgotten. */
+  /**
+   * The bindings idle for idleMs or longer, least recently used first, are forgotten. One with a stream
+   * open goes to the back as if just used (the loop meets it again, no longer idle, and stops there).
+   */
   private sweep(t: number): void {
     for (const binding of this.byKey.values()) {
       if (t - binding.seenAtMs < this.limits.idleMs) return
-      this.forget(binding)
+      if (binding.streams > 0) this.touch(binding, t)
+      else this.forget(binding)
     }
   }
 

@@ -21,6 +21,8 @@ import { type Eviction, SessionBindings } from './bindings'
  * out) passes: the upstream still validates it, as it did before this stage existed.
  */
 export function sessionStage(bindings: SessionBindings, onRefused: () => void = () => undefined): Stage {
+  /** The session each open GET stream of its owner keeps from idling out (released in `finish`). */
+  const pinned = new WeakMap<Exchange, string>()
   return {
     name: 'session',
     answers: { methods: ['initialize'], reads: 'outcome' },
@@ -35,17 +37,19 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
           return NOT_YOURS
         }
       }
+      const header = ex.req.headers['mcp-session-id']
+      if (ex.req.method === 'GET' && typeof header === 'string' && bindings.pin(header, principal)) pinned.set(ex, header)
       return CONTINUE
     },
     onOutcome(ex: Exchange, outcome: Outcome): void {
       const principal = ex.principal
       const id = outcome.headers?.['mcp-session-id']
+      // Called only for requests that hold an initialize (`answers`): the answer that creates a session.
       if (principal === null || typeof id !== 'string' || outcome.status < 200 || outcome.status > 299) return
-      // Only the answer of an initialize creates a session (its request carries no id of its own).
-      if (ex.single?.method !== 'initialize') return
       bindings.bind(id, principal)
     },
     finish(ex: Exchange): void {
+      if (ex.req.method === 'GET') return unpin(bindings, pinned, ex)
       if (ex.req.method !== 'DELETE' || !ex.forwarded || ex.status < 200 || ex.status > 299 || ex.principal === null) return
       const id = ex.req.headers['mcp-session-id']
       if (typeof id === 'string') bindings.release(id, ex.principal)
@@ -57,10 +61,12 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
  * The legacy HTTP+SSE transport (MCP 2024-11-05): GET /sse opens the session, and the stream's first
  * event (`event: endpoint`) names the URL its messages go to, `/messages?sessionId=…` (TypeScript SDK)
  * or `/messages/?session_id=…` (Python SDK). This reader of every GET stream binds that id to the
- * stream's caller before the event reaches the client. The binding then idles out as any other: the
- * session ends with its stream at the server, after which the id is unknown there.
+ * stream's caller before the event reaches the client. It does not idle out while that stream is
+ * open (the session lives exactly as long at the server); after, it idles out as any other.
  */
 export function legacySessionStage(bindings: SessionBindings): Stage {
+  /** The session each open /sse stream created: it does not idle out while the stream is open. */
+  const pinned = new WeakMap<Exchange, string>()
   return {
     name: 'legacy-session',
     answers: { methods: [], reads: 'messages', streams: true },
@@ -68,15 +74,26 @@ export function legacySessionStage(bindings: SessionBindings): Stage {
     onMessage(ex: Exchange, data: string): string {
       // The endpoint event's data is a URL (every other event's a JSON-RPC message); it comes first.
       const principal = ex.principal
-      if (principal === null || data.startsWith('{') || data.startsWith('[')) return data
+      if (principal === null || data.startsWith('{') || data.startsWith('[') || pinned.has(ex)) return data
       const q = data.indexOf('?')
       if (q < 0) return data
       for (const [name, value] of new URLSearchParams(data.slice(q + 1))) {
-        if (isSessionParameter(name) && value !== '') bindings.bind(value, principal)
+        if (!isSessionParameter(name) || value === '') continue
+        bindings.bind(value, principal)
+        if (bindings.pin(value, principal)) pinned.set(ex, value)
+        break
       }
       return data
     },
+    finish: (ex: Exchange) => unpin(bindings, pinned, ex),
   }
+}
+
+function unpin(bindings: SessionBindings, pinned: WeakMap<Exchange, string>, ex: Exchange): void {
+  const id = pinned.get(ex)
+  if (id === undefined) return
+  pinned.delete(ex)
+  bindings.unpin(id)
 }
 
 const NOT_YOURS: Refusal = {

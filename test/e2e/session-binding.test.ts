@@ -32,6 +32,27 @@ async function present(h: Harness, method: 'POST' | 'GET' | 'DELETE', sessionId:
   return fetch(`${h.url}/mcp`, { method, headers, body: JSON.stringify(toolCall('echo', { text: 'hijacked' }, 7)) })
 }
 
+/** A session opened without the SDK client, so without its standalone GET stream: only requests use it. */
+async function initializeRaw(h: Harness, caller = ALICE): Promise<string> {
+  const params = { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } }
+  const res = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...caller },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params }),
+  })
+  expect(res.status).toBe(200)
+  await res.text()
+  const sessionId = res.headers.get('mcp-session-id') as string
+  const headers = { ...MCP_HEADERS, ...caller, 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-06-18' }
+  const initialized = await fetch(`${h.url}/mcp`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
+  })
+  expect(initialized.status).toBe(202)
+  return sessionId
+}
+
 async function entriesOf(h: Harness, identity: string, count: number): Promise<AuditEntry[]> {
   return waitFor(
     async () => {
@@ -144,20 +165,28 @@ describe('sessions are bound to the principal that created them (Streamable HTTP
     ])
   })
 
-  test('a binding idle for session_idle_seconds is forgotten; one its owner keeps using is not', async () => {
-    const idle = await connect(h)
-    const busy = await connect(h)
+  test('a binding idle for session_idle_seconds is forgotten; one its owner keeps using, or listens on, is not', async () => {
+    const idle = await initializeRaw(h)
+    const busy = await initializeRaw(h)
+    // The SDK client opens its standalone GET stream once initialized; it stays open the whole time.
+    const listening = await connect(h)
+    const stream = listening.transport.sessionId as string
+    await waitFor(() => h.upstream.seen.some((r) => r.method === 'GET' && r.headers['mcp-session-id'] === stream), {
+      what: "the listening client's GET stream",
+    })
     now += 500_000
-    expect(textOf(await busy.client.callTool({ name: 'echo', arguments: { text: 'busy' } }))).toBe('busy')
-    now += 200_000 // idle: 700 s since its last use; busy: 200 s
-    expect((await present(h, 'POST', busy.transport.sessionId as string)).status).toBe(404)
-    const res = await present(h, 'POST', idle.transport.sessionId as string)
+    const use = await present(h, 'POST', busy, ALICE)
+    expect(use.status).toBe(200)
+    await use.text()
+    now += 200_000 // idle: 700 s since its last use; busy: 200 s; listening: its stream is open
+    expect((await present(h, 'POST', busy)).status).toBe(404)
+    expect((await present(h, 'POST', stream)).status).toBe(404)
+    await listening.client.close()
+    const res = await present(h, 'POST', idle)
     // Unknown to the gateway now: forwarded, and the upstream (which keeps sessions) runs it.
     expect(res.status).toBe(200)
-    const entries = await entriesOf(h, 'mallory', 2)
-    expect(entries.map((e) => e.decision)).toEqual(['deny', 'allow'])
-    await idle.client.close()
-    await busy.client.close()
+    const entries = await entriesOf(h, 'mallory', 3)
+    expect(entries.map((e) => e.decision)).toEqual(['deny', 'deny', 'allow'])
   })
 })
 

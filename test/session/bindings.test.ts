@@ -49,6 +49,21 @@ describe('session bindings', () => {
     expect(b.size).toBe(1)
   })
 
+  test("an owner's open stream keeps its binding from idling out; its end counts as a use", () => {
+    const { b, clock } = bindings({ idleMs: 60_000 })
+    b.bind('listening', ALICE)
+    expect(b.pin('listening', MALLORY)).toBe(false) // only the owner's streams count
+    expect(b.pin('listening', ALICE)).toBe(true)
+    clock.now = 600_000
+    b.bind('other', BOB) // sweeps: the pinned one is kept
+    expect(b.allows('listening', MALLORY)).toBe(false)
+    b.unpin('listening')
+    clock.now = 659_999
+    expect(b.allows('listening', MALLORY)).toBe(false)
+    clock.now = 660_000
+    expect(b.allows('listening', MALLORY)).toBe(true)
+  })
+
   test('a successful DELETE by the owner forgets the id; one by anyone else does not', () => {
     const { b } = bindings()
     b.bind('s1', ALICE)
