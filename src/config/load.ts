@@ -172,7 +172,7 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
       // A day: an expired binding only stops protecting its session (the id then passes unchecked, as
       // one created before a restart), so this trades memory for protection, never availability.
       sessionIdleSeconds: r.number(o.session_idle_seconds, 'session_idle_seconds', 86_400, 60, 31 * 86_400),
-      // ~200 bytes a binding: 100 000 is ~20 MB at most.
+      // ~300 bytes a binding (measured, id and owner strings included): 100 000 is ~30 MB at most.
       maxSessions: r.int(o.max_sessions, 'max_sessions', 100_000, 1, 10_000_000),
       maxSessionsPerIdentity: r.int(o.max_sessions_per_identity, 'max_sessions_per_identity', 1000, 1, 10_000_000),
     },

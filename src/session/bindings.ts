@@ -96,8 +96,7 @@ export class SessionBindings {
    * counts as a use). False when another principal created it.
    */
   allows(id: string, caller: SessionOwner): boolean {
-    const key = sessionKey(id)
-    const binding = this.byKey.get(key)
+    const binding = this.find(id)
     if (binding === undefined) return true
     const t = this.now()
     if (binding.streams === 0 && t - binding.seenAtMs >= this.limits.idleMs) {
@@ -116,7 +115,7 @@ export class SessionBindings {
    * False when `id` is not the caller's binding (nothing to keep).
    */
   pin(id: string, caller: SessionOwner): boolean {
-    const binding = this.byKey.get(sessionKey(id))
+    const binding = this.find(id)
     if (binding === undefined || binding.tenant !== caller.tenant || binding.identity !== caller.identity) return false
     binding.streams++
     return true
@@ -124,7 +123,7 @@ export class SessionBindings {
 
   /** A stream `pin` counted has ended; its end counts as a use. */
   unpin(id: string): void {
-    const binding = this.byKey.get(sessionKey(id))
+    const binding = this.find(id)
     if (binding === undefined || binding.streams === 0) return
     binding.streams--
     this.touch(binding, this.now())
@@ -132,8 +131,19 @@ export class SessionBindings {
 
   /** The owner deleted the session (the upstream answered its DELETE with a 2xx). */
   release(id: string, caller: SessionOwner): void {
-    const binding = this.byKey.get(sessionKey(id))
+    const binding = this.find(id)
     if (binding !== undefined && binding.tenant === caller.tenant && binding.identity === caller.identity) this.forget(binding)
+  }
+
+  /**
+   * The binding of `id` in any spelling. Keys are canonical, so an id that is a key (what its owner
+   * sends, as the upstream made it) is found by one lookup; only other spellings pay for sessionKey.
+   */
+  private find(id: string): Binding | undefined {
+    const exact = this.byKey.get(id)
+    if (exact !== undefined) return exact
+    const key = sessionKey(id)
+    return key === id ? undefined : this.byKey.get(key)
   }
 
   /**
@@ -185,23 +195,59 @@ function ownerKey(tenant: string, identity: string): string {
  * transport reads its `session_id` query parameter with `uuid.UUID(hex=…)`, which accepts one UUID in
  * many spellings (upper case, hyphens anywhere, braces, a `urn:uuid:` prefix, `+`, underscores, other
  * scripts' digits); a refusal keyed on the exact text would let a second spelling of someone else's
- * id through. So every id that some spelling rule of that parser reads as a UUID is keyed by the
- * 32 lower-case hex digits of its value; any other id by its exact text. Refusing a spelling the
+ * id through. So every id that parser reads as a UUID is keyed by its value, written lower-case
+ * 8-4-4-4-12; any other id by its exact text. Refusing a spelling the
  * upstream itself would not accept costs nothing: it would have been unknown there.
  */
 export function sessionKey(id: string): string {
-  return uuidValue(id) ?? id
+  if (isHyphenatedUuid(id)) return id
+  const hex = uuidValue(id)
+  if (hex === null) return id
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+}
+
+/**
+ * The form keys take, lower-case 8-4-4-4-12, is the one the TypeScript SDK's randomUUID() ids
+ * already have: the common id is its own key, checked without a copy (a request per session pays this).
+ */
+function isHyphenatedUuid(id: string): boolean {
+  if (id.length !== 36) return false
+  for (let i = 0; i < 36; i++) {
+    const c = id.charCodeAt(i)
+    if (i === 8 || i === 13 || i === 18 || i === 23) {
+      if (c !== 0x2d) return false
+    } else if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66))) return false
+  }
+  return true
 }
 
 /** Python's `uuid.UUID(hex=text)` (CPython 3.8-3.13, Lib/uuid.py) as 32 lower-case hex digits, or null where it raises. */
 function uuidValue(text: string): string | null {
   // Shortest accepted spelling: 32 digits. Most ids that are not UUIDs end here.
   if (text.length < 32) return null
+  const plain = plainHex(text)
+  if (plain !== undefined) return plain
   let hex = text.replaceAll('urn:', '').replaceAll('uuid:', '')
   hex = stripBraces(hex).replaceAll('-', '')
   // Python counts code points: a digit outside the BMP is one character there, two here.
   if (hex.length !== 32 && [...hex].length !== 32) return null
   return pythonHexInt(hex)
+}
+
+/**
+ * The spellings SDKs generate (randomUUID's 8-4-4-4-12, uuid4().hex), without the general parse: only
+ * lower-case hex digits and hyphens. Undefined when the text holds anything else (the general parse
+ * decides); for these characters Python drops the hyphens and reads the 32 digits, or raises.
+ */
+function plainHex(text: string): string | null | undefined {
+  let digits = 0
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if ((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66)) digits++
+    else if (c !== 0x2d) return undefined
+  }
+  if (digits !== 32) return null
+  return digits === text.length ? text : text.replaceAll('-', '')
 }
 
 function stripBraces(text: string): string {
@@ -221,8 +267,9 @@ function stripBraces(text: string): string {
 function pythonHexInt(text: string): string | null {
   let ascii = ''
   for (const c of text) {
-    if (/^\s$/u.test(c)) ascii += ' '
-    else if (c > '\x7f' && /^\p{Nd}$/u.test(c)) ascii += String(decimalValue(c))
+    if (c <= '\x7f') ascii += c
+    else if (/^\s$/u.test(c)) ascii += ' '
+    else if (/^\p{Nd}$/u.test(c)) ascii += String(decimalValue(c))
     else ascii += c
   }
   let body = ascii.trim()

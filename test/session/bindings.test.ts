@@ -124,15 +124,17 @@ describe('session bindings', () => {
   })
 
   test('sessionKey follows CPython uuid.UUID(hex=...): sign, whitespace, underscores, other scripts, 0x', () => {
-    // Vectors printed by CPython 3 (python3 -c 'import uuid; print(uuid.UUID(hex=s).hex)').
-    expect(sessionKey('+bcdef0123456789abcdef0123456789')).toBe('0bcdef0123456789abcdef0123456789')
-    expect(sessionKey(' bcdef0123456789abcdef0123456789')).toBe('0bcdef0123456789abcdef0123456789')
-    expect(sessionKey('\u0660bcdef0123456789abcdef0123456789')).toBe('0bcdef0123456789abcdef0123456789')
-    expect(sessionKey('0_bcdef0123456789abcdef012345678')).toBe('00bcdef0123456789abcdef012345678')
-    expect(sessionKey('0xbcdef0123456789abcdef012345678')).toBe('00bcdef0123456789abcdef012345678')
-    expect(sessionKey('0x_bcdef0123456789abcdef01234567')).toBe('000bcdef0123456789abcdef01234567')
+    // Vectors printed by CPython 3 (python3 -c 'import uuid; print(uuid.UUID(hex=s))').
+    expect(sessionKey('+bcdef0123456789abcdef0123456789')).toBe('0bcdef01-2345-6789-abcd-ef0123456789')
+    expect(sessionKey(' bcdef0123456789abcdef0123456789')).toBe('0bcdef01-2345-6789-abcd-ef0123456789')
+    expect(sessionKey('\u0660bcdef0123456789abcdef0123456789')).toBe('0bcdef01-2345-6789-abcd-ef0123456789')
+    expect(sessionKey('0_bcdef0123456789abcdef012345678')).toBe('00bcdef0-1234-5678-9abc-def012345678')
+    expect(sessionKey('0xbcdef0123456789abcdef012345678')).toBe('00bcdef0-1234-5678-9abc-def012345678')
+    expect(sessionKey('0x_bcdef0123456789abcdef01234567')).toBe('000bcdef-0123-4567-89ab-cdef01234567')
     // 33 characters: Python refuses it, so it is its own text.
     expect(sessionKey('0x0bcdef0123456789abcdef012345678')).toBe('0x0bcdef0123456789abcdef012345678')
+    expect(sessionKey('bcdef0123456789abcdef0123456789a')).toBe('bcdef012-3456-789a-bcde-f0123456789a')
+    expect(sessionKey('bcdef012-3456-789a-bcde-f0123456789a')).toBe('bcdef012-3456-789a-bcde-f0123456789a')
     // Not a UUID to Python: kept as it is.
     expect(sessionKey('session-1')).toBe('session-1')
     expect(sessionKey('zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz')).toBe('zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz')
