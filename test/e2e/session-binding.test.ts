@@ -148,6 +148,14 @@ describe('sessions are bound to the principal that created them (Streamable HTTP
     await client.close()
   })
 
+  test('a configuration reload keeps every binding', async () => {
+    const { client, transport } = await connect(h)
+    expect(h.gateway.reload(h.config)).toEqual([])
+    expect((await present(h, 'POST', transport.sessionId as string)).status).toBe(404)
+    expect(textOf(await client.callTool({ name: 'echo', arguments: { text: 'after reload' } }))).toBe('after reload')
+    await client.close()
+  })
+
   test("after the owner's DELETE the binding is gone: the id is unknown to the gateway and the upstream answers it", async () => {
     const { client, transport } = await connect(h)
     const sessionId = transport.sessionId as string
