@@ -44,7 +44,7 @@ import { PostgresBringUp } from '../postgres/bring-up'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
-import { type SessionHooks, sessionStages } from '../session/stage'
+import { sessionStages } from '../session/stage'
 import { upstreamFailureReporter } from '../upstream/failures'
 import { Upstream } from '../upstream/forward'
 import { LegacyStreams } from '../upstream/legacy-streams'
@@ -256,7 +256,7 @@ function stageChain(config: Config, parts: StageParts): StageChain {
     // On every request, a token answered from the token cache included: a revocation applies at once.
     revocationStage(revocations, config.auth, () => metrics.revokedRequests.inc()),
     // Before the body is read: a caller presenting a session another principal created gets 404.
-    ...sessionStages(config.limits, sessionHooks(parts, metrics, log)),
+    ...sessionStages(config.limits, metrics, log, parts.sessionClock),
     pathStage(),
     jsonRpcStage(config.limits),
     // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before a
@@ -299,22 +299,6 @@ function stageChain(config: Config, parts: StageParts): StageChain {
         budget_degraded_checks_last_minute: degraded,
         budget_store: degraded > 0 ? 'degraded' : failOpens > 0 ? 'failing_open' : 'ok',
       }
-    },
-  }
-}
-
-/** The session stages' clock and what they report: refusals and early evictions (metrics, a rate-limited warning). */
-function sessionHooks(parts: StageParts, metrics: Metrics, log: Logger): SessionHooks {
-  const warnings = new RateLimitedLog(log)
-  return {
-    now: parts.sessionClock,
-    onRefused: () => metrics.sessionRefused.inc(),
-    onEvicted: (cause) => {
-      metrics.sessionBindingsEvicted.labels(cause).inc()
-      warnings.warn(
-        `session-${cause}`,
-        `session bindings evicted before they idled out (${cause === 'full' ? 'max_sessions' : 'max_sessions_per_identity'} reached): the evicted sessions are no longer checked against their creator`,
-      )
     },
   }
 }

@@ -1,4 +1,6 @@
 import type { Config } from '../config/types'
+import { type Logger, RateLimitedLog } from '../log'
+import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { type Eviction, SessionBindings } from './bindings'
@@ -138,24 +140,25 @@ function isSessionParameter(name: string): boolean {
   return lower === 'sessionid' || lower === 'session_id'
 }
 
-export interface SessionHooks {
-  /** The clock bindings idle by (tests inject one). */
-  readonly now?: () => number
-  /** Each request refused for presenting another principal's session. */
-  readonly onRefused?: () => void
-  /** Each binding forgotten early because a cap was reached. */
-  readonly onEvicted?: (cause: Eviction) => void
-}
-
 /**
  * The session feature's stages, in chain order, over one set of bindings: built once per process (a
- * reload reuses them), so sessions created before a reload stay bound after it.
+ * reload reuses them), so sessions created before a reload stay bound after it. `now`: the clock
+ * bindings idle by (tests inject one).
  */
-export function sessionStages(limits: Config['limits'], hooks: SessionHooks = {}): Stage[] {
+export function sessionStages(limits: Config['limits'], metrics: Metrics, log: Logger, now: () => number = Date.now): Stage[] {
+  const warnings = new RateLimitedLog(log)
+  const onEvicted = (cause: Eviction): void => {
+    metrics.sessionBindingsEvicted.labels(cause).inc()
+    const key = cause === 'full' ? 'max_sessions' : 'max_sessions_per_identity'
+    warnings.warn(
+      `session-${cause}`,
+      `session bindings evicted before they idled out (${key} reached): those sessions are no longer checked against their creator`,
+    )
+  }
   const bindings = new SessionBindings(
     { idleMs: limits.sessionIdleSeconds * 1000, maxSessions: limits.maxSessions, maxPerIdentity: limits.maxSessionsPerIdentity },
-    hooks.now,
-    hooks.onEvicted,
+    now,
+    onEvicted,
   )
-  return [sessionStage(bindings, hooks.onRefused), legacySessionStage(bindings)]
+  return [sessionStage(bindings, () => metrics.sessionRefused.inc()), legacySessionStage(bindings)]
 }

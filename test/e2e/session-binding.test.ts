@@ -198,6 +198,26 @@ describe('sessions are bound to the principal that created them (Streamable HTTP
   })
 })
 
+describe('bounded memory', () => {
+  let h: Harness
+  beforeEach(async () => {
+    h = await startHarness({ mode: 'stateful', config: { max_sessions_per_identity: 2 } })
+  })
+  afterEach(async () => {
+    await h.close()
+  })
+
+  test("an identity opening sessions without end forgets only its own oldest, never another's", async () => {
+    const alice = await initializeRaw(h)
+    const first = await initializeRaw(h, MALLORY)
+    for (let i = 0; i < 4; i++) await initializeRaw(h, MALLORY)
+    expect(await metricSample(h.url, 'wardline_session_bindings_evicted_total{cause="identity_full"}')).toBe(3)
+    expect((await present(h, 'POST', alice)).status).toBe(404)
+    // Mallory's own first session is no longer bound (it passes unchecked, and still works upstream).
+    expect((await present(h, 'POST', first, as('bob', 'acme'))).status).toBe(200)
+  })
+})
+
 describe('legacy HTTP+SSE sessions are bound to the caller of GET /sse', () => {
   let h: Harness
   beforeEach(async () => {
