@@ -3,7 +3,7 @@ import { type Logger, RateLimitedLog } from '../log'
 import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
-import { type Eviction, SessionBindings } from './bindings'
+import { type Eviction, SessionBindings, type SessionOwner } from './bindings'
 
 /**
  * A session belongs to the principal that created it. Anyone who knows an `Mcp-Session-Id` (every
@@ -31,15 +31,12 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
     run(ex: Exchange): Verdict {
       const principal = ex.principal
       if (principal === null || bindings.size === 0) return CONTINUE
-      const presented = presentedIds(ex)
-      if (presented === null) return CONTINUE
-      for (let i = 0; i < presented.length; i++) {
-        if (!bindings.allows(presented[i], principal)) {
-          onRefused()
-          return NOT_YOURS
-        }
-      }
       const header = ex.req.headers['mcp-session-id']
+      const url = ex.req.url ?? ''
+      if (!headerAllowed(bindings, header, principal) || (url.includes('?') && !queryAllowed(bindings, url, principal))) {
+        onRefused()
+        return NOT_YOURS
+      }
       if (ex.req.method === 'GET' && typeof header === 'string' && bindings.pin(header, principal)) pinned.set(ex, header)
       return CONTINUE
     },
@@ -106,28 +103,27 @@ const NOT_YOURS: Refusal = {
 }
 
 /**
- * Every session id the request presents, as each upstream reading it may see it, or null when none:
- * each `Mcp-Session-Id` field line on its own (Node joins repeated ones with `, `; Starlette reads the
- * first, Node the joined text) and the joined text, and every value of a `sessionId` / `session_id`
- * query parameter (Express reads the first, Starlette the last), brackets included (Express's qs reads
- * `sessionId[]=x` as `['x']`, which indexes a Map-like object as `x`).
+ * The `Mcp-Session-Id` header as every upstream may read it: the text, and when Node joined repeated
+ * field lines (with `, `), each line on its own (Starlette reads the first, Node the joined text).
  */
-function presentedIds(ex: Exchange): string[] | null {
-  let ids: string[] | null = null
-  const header = ex.req.headers['mcp-session-id']
-  if (typeof header === 'string') {
-    ids = [header]
-    if (header.includes(',')) for (const part of header.split(',')) ids.push(part.trim())
+function headerAllowed(bindings: SessionBindings, header: string | string[] | undefined, caller: SessionOwner): boolean {
+  if (typeof header !== 'string') return true
+  if (!bindings.allows(header, caller)) return false
+  if (!header.includes(',')) return true
+  for (const part of header.split(',')) if (!bindings.allows(part.trim(), caller)) return false
+  return true
+}
+
+/**
+ * Every value of a `sessionId` / `session_id` query parameter (Express reads the first, Starlette the
+ * last), names read decoded (`session%5Fid` is `session_id` to every upstream) and with brackets
+ * (Express's qs reads `sessionId[]=x` as `['x']`, which indexes a Map-like object as `x`).
+ */
+function queryAllowed(bindings: SessionBindings, url: string, caller: SessionOwner): boolean {
+  for (const [name, value] of new URLSearchParams(url.slice(url.indexOf('?') + 1))) {
+    if (isSessionParameter(name) && !bindings.allows(value, caller)) return false
   }
-  const url = ex.req.url ?? ''
-  const q = url.indexOf('?')
-  // Parameter names are read decoded (`session%5Fid` is `session_id` to every upstream).
-  if (q >= 0) {
-    for (const [name, value] of new URLSearchParams(url.slice(q + 1))) {
-      if (isSessionParameter(name)) (ids ??= []).push(value)
-    }
-  }
-  return ids
+  return true
 }
 
 /**
