@@ -147,6 +147,17 @@ export class Metrics {
     help: 'Requests refused with 401 because their identity (or its whole tenant) is on the revocation list',
     registers: [this.registry],
   })
+  readonly sessionRefused = new Counter({
+    name: 'wardline_session_refused_total',
+    help: 'Requests refused with 404 because they presented a session id another principal created',
+    registers: [this.registry],
+  })
+  readonly sessionBindingsEvicted = new Counter({
+    name: 'wardline_session_bindings_evicted_total',
+    help: 'Session bindings forgotten before they idled out because max_sessions (full) or max_sessions_per_identity (identity_full) was reached',
+    labelNames: ['cause'] as const,
+    registers: [this.registry],
+  })
   /** The revocation list's figures (compose.ts), read at scrape time; none until it is handed over. */
   private revocationStats: (() => { readonly active: number; readonly staleSeconds: number }) | null = null
   private readonly revocationsActive: Gauge = new Gauge({

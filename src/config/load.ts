@@ -32,6 +32,9 @@ const TOP_LEVEL_KEYS = [
   'max_json_depth',
   'max_batch_messages',
   'max_concurrent_per_identity',
+  'session_idle_seconds',
+  'max_sessions',
+  'max_sessions_per_identity',
   'allowed_origins',
   'allowed_hosts',
   'trusted_proxies',
@@ -166,6 +169,12 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
       maxConcurrentPerIdentity: r.int(o.max_concurrent_per_identity, 'max_concurrent_per_identity', 64, 1, 100_000),
       // Receiving the request only (headers and body): a streamed response is never cut by it.
       requestTimeoutSeconds: r.number(o.request_timeout_seconds, 'request_timeout_seconds', 300, 0, 3600, true),
+      // A day: an expired binding only stops protecting its session (the id then passes unchecked, as
+      // one created before a restart), so this trades memory for protection, never availability.
+      sessionIdleSeconds: r.number(o.session_idle_seconds, 'session_idle_seconds', 86_400, 60, 31 * 86_400),
+      // ~300 bytes a binding (measured, id and owner strings included): 100 000 is ~30 MB at most.
+      maxSessions: r.int(o.max_sessions, 'max_sessions', 100_000, 1, 10_000_000),
+      maxSessionsPerIdentity: r.int(o.max_sessions_per_identity, 'max_sessions_per_identity', 1000, 1, 10_000_000),
     },
     http: readHttp(r, o, listen),
     shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),

@@ -467,6 +467,9 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   max_json_depth: 'Deepest nesting in a POST body; deeper gets 400 before the body is parsed.',
   max_batch_messages: 'Most JSON-RPC messages in one batch; more gets 400.',
   max_concurrent_per_identity: 'Requests (streams included) one identity may have in flight; past it 429.',
+  session_idle_seconds: 'A session unused by the principal that created it for this long is no longer bound to it.',
+  max_sessions: 'Most sessions bound to their creator; when full, the least recently used binding is forgotten.',
+  max_sessions_per_identity: "Most sessions bound to one identity; past it, that identity's least recently used binding is forgotten.",
   request_timeout_seconds: 'Time to receive a whole request (headers and body); past it 408. Never cuts a response.',
   allowed_origins:
     "Browser origins (scheme://host[:port]) allowed to call besides the request's own; any other Origin gets 403 (DNS-rebinding protection). Empty on a loopback listener: loopback origins pass.",

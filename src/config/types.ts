@@ -15,6 +15,12 @@ export interface Config {
     readonly maxConcurrentPerIdentity: number
     /** Longest time to receive a whole request, headers and body (a client trickling a body is cut off). */
     readonly requestTimeoutSeconds: number
+    /** A session binding (src/session/) its owner has not used for this long is forgotten. */
+    readonly sessionIdleSeconds: number
+    /** Most session bindings held; when full, the least recently used is forgotten. */
+    readonly maxSessions: number
+    /** Most session bindings one identity holds; past it, its own least recently used is forgotten. */
+    readonly maxSessionsPerIdentity: number
   }
   readonly http: HttpConfig
   readonly shutdownGraceSeconds: number

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http'
 import type { WardlineError } from '../errors'
 import type { Decision, Exchange, JsonRpcId } from './exchange'
 
@@ -117,6 +118,8 @@ export interface Outcome {
    * left while it still waited for a free upstream connection.
    */
   readonly sent: boolean
+  /** The upstream's response headers when a status arrived (the session stage reads `mcp-session-id`). */
+  readonly headers?: IncomingHttpHeaders
 }
 
 /**

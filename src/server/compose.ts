@@ -46,6 +46,7 @@ import { PostgresBringUp } from '../postgres/bring-up'
 import { checkReachable, openPool } from '../postgres/pool'
 import { postgresReadiness } from '../postgres/readiness'
 import { BudgetReaper } from '../postgres/reaper'
+import { sessionStages } from '../session/stage'
 import { upstreamFailureReporter } from '../upstream/failures'
 import { Upstream } from '../upstream/forward'
 import { LegacyStreams } from '../upstream/legacy-streams'
@@ -60,6 +61,8 @@ export interface GatewayOptions {
   readonly processMetrics?: boolean
   /** Budget store to use instead of the configured one (tests inject a MemoryBudgetStore with their own clock). */
   readonly budgetStore?: BudgetStore
+  /** Clock session bindings idle by (tests inject one); Date.now by default. */
+  readonly sessionClock?: () => number
 }
 
 export interface RunningGateway {
@@ -174,7 +177,7 @@ async function wire(
   closers.push(() => upstream.destroy())
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
   metrics.nameLabels(labelledNames(config.budget, config.policy))
-  const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log })
+  const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log, sessionClock: options.sessionClock })
   const gateway = new Gateway(
     stages.build(config),
     upstream,
@@ -253,6 +256,7 @@ interface StageParts {
   readonly store: BudgetStore | null
   readonly metrics: Metrics
   readonly log: Logger
+  readonly sessionClock?: () => number
 }
 
 function stageChain(config: Config, parts: StageParts): StageChain {
@@ -266,6 +270,8 @@ function stageChain(config: Config, parts: StageParts): StageChain {
     authStage(authenticator, config.auth),
     // On every request, a token answered from the token cache included: a revocation applies at once.
     revocationStage(revocations, config.auth, () => metrics.revokedRequests.inc()),
+    // Before the body is read: a caller presenting a session another principal created gets 404.
+    ...sessionStages(config.limits, metrics, log, parts.sessionClock),
     // Before the body is read: a capped caller cannot make the gateway buffer bodies without bound.
     concurrency.slot,
     pathStage(),

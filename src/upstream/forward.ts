@@ -163,7 +163,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.deadlines.remove(this)
     this.started = true
     if (this.ex.answerReaders !== null) {
-      reportOutcome(this.ex, { status: statusCode, failure: null, sent: true })
+      reportOutcome(this.ex, { status: statusCode, failure: null, sent: true, headers })
       if (this.ex.readsMessages && !this.readMessages(headers)) return
     }
     const res = this.ex.res

@@ -18,6 +18,9 @@ describe('configuration loading', () => {
       maxBatchMessages: 100,
       maxConcurrentPerIdentity: 64,
       requestTimeoutSeconds: 300,
+      sessionIdleSeconds: 86400,
+      maxSessions: 100000,
+      maxSessionsPerIdentity: 1000,
     })
     expect(config.http).toEqual({ allowedOrigins: [], loopbackOrigins: true, allowedHosts: [], trustedProxies: [] })
     expect(config.features).toEqual({ budgetEnforcement: false, postgresStorage: false })

@@ -7,7 +7,7 @@ import { ConfigError } from '../../src/errors'
 import type { Config } from '../../src/config/types'
 import type { AuditEntry } from '../../src/audit/entry'
 import { silentLogger } from '../../src/log'
-import { type RunningGateway, startGateway } from '../../src/server/compose'
+import { type GatewayOptions, type RunningGateway, startGateway } from '../../src/server/compose'
 import { type ExampleMode, type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 
 export interface Harness {
@@ -31,6 +31,8 @@ export interface HarnessOptions {
   /** Use this upstream URL instead of starting the example server. */
   readonly upstreamUrl?: string
   readonly env?: NodeJS.ProcessEnv
+  /** Options for startGateway (an injected clock); the logger is always silent. */
+  readonly gateway?: Omit<GatewayOptions, 'log'>
 }
 
 /** A temp directory per call, for audit files and spill files. */
@@ -67,7 +69,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     ...options.config,
   }
   const config = configFrom(tree, options.env ?? {}, dir)
-  const gateway = await startGateway(config, { log: silentLogger() })
+  const gateway = await startGateway(config, { ...options.gateway, log: silentLogger() })
   return {
     gateway,
     upstream,
