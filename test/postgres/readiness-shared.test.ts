@@ -75,6 +75,7 @@ test('through the gateway, 200 concurrent /readyz requests cost at most 2 pings'
     // Pings only: the revocation list polls the same database every 250 ms, and the heartbeat beats.
     const before = proxy.statements.length
     const pings = (): number => proxy.statements.slice(before).filter((sql) => sql === 'SELECT 1').length
+    const startedMs = performance.now()
     const statuses = await Promise.all(
       Array.from({ length: 200 }, async () => {
         const res = await fetch(`${h.url}/readyz`)
@@ -82,8 +83,11 @@ test('through the gateway, 200 concurrent /readyz requests cost at most 2 pings'
         return res.status
       }),
     )
+    // A probe is shared for 1 s: on a loaded machine the 200 answers may span more than one such
+    // window, each of which may ping once (never 200 pings, which is what this guards against).
+    const windows = Math.floor((performance.now() - startedMs) / 1000) + 1
     expect(statuses.every((s) => s === 200)).toBe(true)
-    expect(pings()).toBeLessThanOrEqual(2)
+    expect(pings()).toBeLessThanOrEqual(windows + 1)
     expect(pings()).toBeGreaterThanOrEqual(1)
   } finally {
     await h.close()
