@@ -31,18 +31,18 @@ export function callFingerprint(tool: string, body: Buffer, start: number, end: 
   return canonical.fingerprint(tool, body, start, end)
 }
 
-// An object's record: where its canonical bytes are in `out`, where its members are in `members`
-// (sorted by key, duplicates dropped), the id after its last descendant, and whether it and every
-// descendant already had their members in key order (then its bytes are hashed as they are).
+// The record of an object whose bytes in `out` are not canonical as they lie (its members, or those
+// of an object inside it, are out of key order): where its bytes are, where its members are in
+// `members` (in key order, duplicates dropped), and the id after its last recorded descendant. An
+// object canonical as it lies gets no record (its id goes to the next object).
 const O_START = 0
 const O_END = 1
 const O_MEMBERS = 2
 const O_COUNT = 3
 const O_NEXT = 4
-const O_SORTED = 5
-const O_STRIDE = 6
-// A member's record: its key's and its value's bytes in `out`, and the id of the first object at or
-// after its value's start (objects are numbered in the order they open).
+const O_STRIDE = 5
+// A member's record: its key's and its value's bytes in `out`, and the id of the first recorded
+// object at or after its value's start (recorded objects are numbered in the order they open).
 const M_KEY = 0
 const M_KEY_END = 1
 const M_VALUE = 2
@@ -83,6 +83,10 @@ class Canonicalizer {
   private spare = new Int32Array(64)
   /** Objects whose members were not in key order (or named one key twice). */
   private unsorted = 0
+  /** Objects opened so far, records kept or not: an object that opened none is a leaf. */
+  private opened = 0
+  /** A leaf object's bytes while they are put back in key order. */
+  private readonly scratch = new ByteSink(1024, 64 * 1024)
   /** Where the next backslash at or after the cursor is: -1 not looked for yet, NONE when there is none. */
   private nextBackslash = -1
 
@@ -118,6 +122,7 @@ class Canonicalizer {
     this.memberCount = 0
     this.openCount = 0
     this.unsorted = 0
+    this.opened = 0
     this.nextBackslash = -1
     out.reset()
     this.pending.reset()
@@ -156,8 +161,9 @@ class Canonicalizer {
     const id = this.objectCount++
     if ((id + 1) * O_STRIDE > this.objects.length) this.objects = grown(this.objects, (id + 1) * O_STRIDE)
     const unsortedBefore = this.unsorted
+    const openedBefore = this.opened++
     const base = this.openCount
-    this.objects[id * O_STRIDE + O_START] = out.length
+    const start = out.length
     out.byte(OPEN_OBJECT)
     this.i++
     this.skipSpace()
@@ -181,13 +187,38 @@ class Canonicalizer {
       }
     }
     out.byte(CLOSE_OBJECT)
+    const n = this.openCount - base
+    const inOrder = this.inKeyOrder(base, n)
+    if (!inOrder && this.opened === openedBefore + 1) {
+      // No object inside: its members are put in order where they lie, so every byte is moved at most
+      // once (by its innermost object), and the second pass sees canonical bytes.
+      this.sort(n)
+      this.reorderInPlace(start, n)
+    } else if (!inOrder) {
+      // Members in key order, by reference, for the second pass.
+      this.sort(n)
+      const at = id * O_STRIDE
+      this.objects[at + O_START] = start
+      this.objects[at + O_END] = out.length
+      this.objects[at + O_NEXT] = this.objectCount
+      this.objects[at + O_MEMBERS] = this.memberCount
+      this.objects[at + O_COUNT] = this.keep(n)
+      this.unsorted++
+      this.openCount = base
+      return
+    }
+    this.openCount = base
+    if (this.unsorted === unsortedBefore) {
+      // Canonical as it lies, and so is everything inside: no record, its id is given to the next object.
+      this.objectCount = id
+      return
+    }
     const at = id * O_STRIDE
+    this.objects[at + O_START] = start
     this.objects[at + O_END] = out.length
     this.objects[at + O_NEXT] = this.objectCount
     this.objects[at + O_MEMBERS] = this.memberCount
-    this.objects[at + O_COUNT] = this.close(base)
-    this.objects[at + O_SORTED] = this.unsorted === unsortedBefore ? 1 : 0
-    this.openCount = base
+    this.objects[at + O_COUNT] = this.keep(n) // in order itself, but an object inside is not
   }
 
   private array(end: number): void {
@@ -251,11 +282,10 @@ class Canonicalizer {
   }
 
   /**
-   * The members of the object being closed (open[base…]) go to `members` in key order, a key given
-   * twice keeping its last value. Returns how many were kept.
+   * Whether the members open[base, base + n) are in strictly increasing key order (so no key is given
+   * twice); order[0, n) is set to them either way, for sort().
    */
-  private close(base: number): number {
-    const n = this.openCount - base
+  private inKeyOrder(base: number, n: number): boolean {
     if (this.order.length < n) {
       this.order = new Int32Array(n * 2)
       this.spare = new Int32Array(n * 2)
@@ -266,17 +296,24 @@ class Canonicalizer {
       order[k] = base + k
       if (k > 0 && inOrder && this.compareKeys(base + k - 1, base + k) >= 0) inOrder = false
     }
-    if (!inOrder) {
-      this.unsorted++
-      this.sort(n)
-    }
+    return inOrder
+  }
+
+  /** Whether order[k] is followed by a member of the same key (equal keys sort by position: the last one given is kept). */
+  private shadowed(k: number, n: number): boolean {
+    const order = this.order
+    return k + 1 < n && this.compareKeys(order[k], order[k + 1]) === 0
+  }
+
+  /** The members in `order` go to `members`, a key given twice keeping its last value. Returns how many were kept. */
+  private keep(n: number): number {
     if ((this.memberCount + n) * M_STRIDE > this.members.length) this.members = grown(this.members, (this.memberCount + n) * M_STRIDE)
+    const order = this.order
     const open = this.open
     const members = this.members
     let kept = 0
     for (let k = 0; k < n; k++) {
-      // Equal keys sort by position, so the last one given is the last of its run.
-      if (k + 1 < n && this.compareKeys(order[k], order[k + 1]) === 0 && order[k] < order[k + 1]) continue
+      if (this.shadowed(k, n)) continue
       const from = order[k] * M_STRIDE
       const to = (this.memberCount + kept) * M_STRIDE
       for (let f = 0; f < M_STRIDE; f++) members[to + f] = open[from + f]
@@ -284,6 +321,33 @@ class Canonicalizer {
     }
     this.memberCount += kept
     return kept
+  }
+
+  /** Rewrites the object just written at out[start…] with its members in `order`, a key given twice keeping its last value. */
+  private reorderInPlace(start: number, n: number): void {
+    const out = this.out
+    const scratch = this.scratch
+    const order = this.order
+    // Keys are compared where they lie, so the members a later one shadows are marked before any is moved.
+    for (let k = 0; k < n - 1; k++) if (this.shadowed(k, n)) order[k] = -1
+    scratch.length = 0
+    scratch.copy(out.buf, start, out.length)
+    const buf = out.buf
+    const open = this.open
+    let at = start + 1 // after {
+    let first = true
+    for (let k = 0; k < n; k++) {
+      if (order[k] < 0) continue
+      const m = order[k] * M_STRIDE
+      if (!first) buf[at++] = COMMA
+      first = false
+      at = copyBytes(scratch.buf, open[m + M_KEY] - start, open[m + M_KEY_END] - start, buf, at)
+      buf[at++] = COLON
+      at = copyBytes(scratch.buf, open[m + M_VALUE] - start, open[m + M_VALUE_END] - start, buf, at)
+    }
+    buf[at++] = CLOSE_OBJECT
+    out.length = at
+    scratch.reset()
   }
 
   /** Keys by their canonical bytes (any fixed order will do), then by position: a total order. */
@@ -359,7 +423,6 @@ class Canonicalizer {
   private emitObject(id: number): void {
     const o = id * O_STRIDE
     const objects = this.objects
-    if (objects[o + O_SORTED] === 1) return this.piece(objects[o + O_START], objects[o + O_END])
     const pending = this.pending
     const members = this.members
     pending.byte(OPEN_OBJECT)
@@ -403,6 +466,13 @@ function grown(a: Int32Array<ArrayBuffer>, atLeast: number): Int32Array<ArrayBuf
   const bigger = new Int32Array(size)
   bigger.set(a)
   return bigger
+}
+
+/** Copies src[from, to) to dst[at…]; returns the position after it. */
+function copyBytes(src: Buffer, from: number, to: number, dst: Buffer, at: number): number {
+  if (to - from >= 64) return at + src.copy(dst, at, from, to)
+  for (let i = from; i < to; i++) dst[at++] = src[i]
+  return at
 }
 
 function isDelimiter(c: number): boolean {
