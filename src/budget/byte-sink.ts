@@ -1,6 +1,6 @@
 /**
  * A growable byte buffer written from the front, kept and reused by its owner so that building a
- * short output allocates nothing: the loop breaker's canonical arguments (call-fingerprint.ts).
+ * short output allocates nothing: the loop breaker’s canonical arguments (canonical-json.ts).
  */
 export class ByteSink {
   buf: Buffer
