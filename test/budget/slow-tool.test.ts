@@ -60,9 +60,9 @@ test('a slow tool that outlasts upstream_timeout_seconds is charged: under a bud
   slow = await startSlowServer()
   h = await startBudgetHarness({
     budget: { requests_per_window: 3, window_seconds: 60 },
-    // 1 s: far longer than the SDK server needs to start the tool on loopback, so every call the
-    // gateway forwards has run by the time it times out.
-    config: { upstream: slow.url, upstream_timeout_seconds: 1 },
+    // 2 s: far longer than the SDK server needs to start the tool on loopback, even on a loaded
+    // machine, so every call the gateway forwards has run by the time it times out.
+    config: { upstream: slow.url, upstream_timeout_seconds: 2 },
   })
   const client = new Client({ name: 'timeout-test', version: '1.0.0' })
   await client.connect(new StreamableHTTPClientTransport(new URL(`${h.url}/mcp`), { requestInit: { headers: as('alice', 'acme') } }))
