@@ -54,8 +54,9 @@ class Receipt {
  *  - a call policy denies (`ex.denial`, set by the policy stage just before) is checked against every
  *    tier but charged to the caller's own identity bucket only, so a caller probing forbidden tools is
  *    throttled without using up what a tool or tenant shares with others;
- *  - an admitted call the upstream never served (unreachable, no answer in time, 429 or 503, the call
- *    never sent) is refunded in the answer phase, in the windows it was charged to.
+ *  - an admitted call the upstream provably never ran (never written to it: unreachable, or still
+ *    waiting for a connection; or refused with 429 or 503) is refunded in the answer phase, in the
+ *    windows it was charged to. A call written to it keeps its charge whatever follows (a timeout).
  * A check the store fails (an error, or no verdict within check_timeout_seconds) is admitted, refused
  * with 503, or judged by this replica alone at limit ÷ live replicas, as budget.on_store_error says.
  * Runs after authentication, parsing and the policy's judgement, before the policy's answer.
@@ -206,14 +207,17 @@ function decided(
 }
 
 /**
- * Why an admitted call counts as never served, or null when the MCP server may have run it. A client
- * that left after the call was sent is not refunded: the server may be running it.
+ * Why an admitted call counts as never served, or null when the MCP server may have run it. Only what
+ * provably never ran is refunded: a call never written to the upstream (the client left first, no
+ * connection could be made, no connection came free in time), or one the server refused with 429 or
+ * 503. Once the call was written, a timeout, a reset or a client that left keeps its charge: the
+ * server may be running it, and refunding those let a tool that outlasts upstream_timeout_seconds run
+ * without limit (issue 24, item 3).
  */
 function unserved(outcome: Outcome): string | null {
   if (outcome.status === 429 || outcome.status === 503) return `the MCP server answered ${outcome.status}`
-  if (outcome.status !== 0) return null
-  if (!outcome.sent) return 'the call never left the gateway'
-  return outcome.failure === null ? null : `no answer from the MCP server (${outcome.failure.code})`
+  if (outcome.status !== 0 || outcome.sent) return null
+  return outcome.failure === null ? 'the call never left the gateway' : `the call never reached the MCP server (${outcome.failure.code})`
 }
 
 /**

@@ -209,7 +209,7 @@ describe('the audit trail of degraded calls', () => {
     expect(entries).toHaveLength(4)
     expect(new Set(entries.map((e) => e.request_id)).size).toBe(4)
     for (const e of entries)
-      expect(e.reason).toMatch(/budget check degraded to local limit: .*; budget refunded: no answer from the MCP server/)
+      expect(e.reason).toMatch(/budget check degraded to local limit: .*; budget refunded: the call never reached the MCP server/)
     expect(await metricSample(g.url, 'wardline_budget_degraded_total')).toBe(4)
   })
 

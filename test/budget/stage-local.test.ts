@@ -136,7 +136,7 @@ test('a degraded call the MCP server never served is refunded to the local count
   expect(statuses).toEqual([502, 502, 502])
   expect(store.refunds).toBe(0)
   const [entry] = (await h.audit()).filter((e) => e.method === 'tools/call')
-  expect(entry.reason).toContain(`budget check degraded to local limit: ${DOWN}; budget refunded: no answer from the MCP server`)
+  expect(entry.reason).toContain(`budget check degraded to local limit: ${DOWN}; budget refunded: the call never reached the MCP server`)
 })
 
 test('when the store answers again its counts decide, and the local ones are added to them once', async () => {
