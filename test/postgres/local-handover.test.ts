@@ -10,14 +10,17 @@
  * checks after the outage, so the window ends at its limit.
  */
 import type { Pool } from 'pg'
-import { tenantKey, windowKey } from '../../src/budget/keys'
+import { identityKey, tenantKey, windowKey } from '../../src/budget/keys'
 import { PostgresBudgetStore } from '../../src/budget/postgres-store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
+import { bucket } from '../budget/store-contract'
+import { HandOverLedger, countOf } from '../helpers/budget-rows'
 import { toolCall } from '../helpers/harness'
 import { type TestDatabase, closeTestDatabase, openTestDatabase, testPool } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { type BudgetHarness, startBudgetHarness } from '../budget/budget-harness'
+import { waitFor } from '../helpers/wait'
 
 const TENANT_LIMIT = 200
 const WINDOW_SECONDS = 600
@@ -123,3 +126,23 @@ test('units admitted locally with room left: the burst after the outage gets exa
   expect(await burst(g, 200, 'after')).toBe(TENANT_LIMIT - 80)
   expect(await sharedTenantCount()).toBe(TENANT_LIMIT)
 }, 60_000)
+
+test('a verdict judged before a check this replica admitted locally meanwhile is not given, and is refunded (the stage then judges the check locally)', async () => {
+  // A held network: the statement reaches the database only after this replica judged another check
+  // locally (its own bound passed), so the shared count it is judged on lacks that unit.
+  const pg = store as PostgresBudgetStore
+  const ledger = new HandOverLedger()
+  const held = bucket(identityKey('acme', 'held'), 10)
+  const sent = pg.stats().statements
+  proxy.pause()
+  const verdict = pg.admit([held], 3000, ledger)
+  await waitFor(() => pg.stats().statements === sent + 1, { what: 'the statement to be sent' })
+  ledger.localAdmissions++
+  proxy.resume()
+  await expect(verdict).rejects.toThrow('judged without calls this replica admitted locally meanwhile')
+  // Committed on the database, then taken back.
+  await waitFor(async () => (await countOf(admin, held.key)) === 0, { what: 'the refund of the verdict not given' })
+  // A statement sent after it is exact again.
+  expect((await pg.admit([held], 3000, ledger)).admitted).toBe(true)
+  expect(await countOf(admin, held.key)).toBe(1)
+}, 30_000)
