@@ -186,7 +186,12 @@ export class LocalLimiter implements LocalHandOver {
    * store sends no second one beside it). Units of windows that have ended are dropped.
    */
   take(keys: readonly string[], more: number): LocalCount[] | null {
-    if (this.inFlight !== null || this.pending.size === 0) return null
+    if (this.inFlight !== null) return null
+    if (this.pending.size === 0) {
+      // Only refused (or refunded) checks since the outage: nothing to hand over, and nothing to keep.
+      this.settled()
+      return null
+    }
     const now = this.now()
     const taken = new Map<string, Pending>()
     for (const key of keys) this.takeOne(key, taken, now)

@@ -79,6 +79,21 @@ function admitSql(clock: string): string {
 const MAX_HANDED_EXTRA = 1000
 
 /**
+ * While local units wait after a failed statement, how often an idle store sends a statement of its
+ * own to carry them: a replica that gets no call once the database is back must not keep them from
+ * the shared rows the other replicas judge on until its next call.
+ */
+const DRAIN_INTERVAL_MS = 1000
+
+/**
+ * What such a statement checks: one bucket of its own, never charged (cost 0, charged false). Its key
+ * is no JSON array, so no bucket of keys.ts can be it; its row is an expired placeholder the reaper removes.
+ */
+const HANDOVER_PROBE: readonly BucketCharge[] = [
+  { key: 'wardline:hand-over', kind: 'identity', name: '', limit: 2147483647, windowSeconds: 1, cost: 0, charged: false },
+]
+
+/**
  * The admin API's read of buckets (BudgetStore.inspect), on the window clock `clock` (SQL): each named
  * key (a row whose window ended, or none, reads as 0 used), then the open rows under a prefix. A prefix
  * is matched with starts_with over the open rows (a scan: the key index is not in "C" collation, so a
@@ -296,6 +311,9 @@ export class PostgresBudgetStore implements BudgetStore {
   private handOver: LocalHandOver | null = null
   /** A statement carrying local units is in flight: no other statement starts until it ends. */
   private carrying = false
+  /** Sends a statement of its own while local units wait and no check comes (drain). */
+  private drainTimer: NodeJS.Timeout | null = null
+  private closed = false
 
   constructor(
     private readonly pool: Pool,
@@ -435,6 +453,9 @@ export class PostgresBudgetStore implements BudgetStore {
    * readiness share it), which closes it last.
    */
   async close(): Promise<void> {
+    this.closed = true
+    if (this.drainTimer !== null) clearInterval(this.drainTimer)
+    this.drainTimer = null
     await this.heartbeat.close()
     while (this.lateWork.size > 0) await Promise.all([...this.lateWork])
   }
@@ -531,6 +552,7 @@ export class PostgresBudgetStore implements BudgetStore {
         client = await this.connect(latest)
       } catch (err) {
         for (const c of first) c.fail(err as Error)
+        this.drainLater()
         return
       }
       let pending = this.send(client, first)
@@ -547,6 +569,7 @@ export class PostgresBudgetStore implements BudgetStore {
           client.release(isServerError(err as Error) ? undefined : (err as Error))
           client = null
           for (const c of pending.live) c.fail(err as Error)
+          this.drainLater()
           return
         }
         // Before the next statement takes what still waits, and before the verdicts are delivered (the
@@ -591,6 +614,29 @@ export class PostgresBudgetStore implements BudgetStore {
     const sentAt = localEpochMs()
     const localAdmissions = this.handOver?.localAdmissions ?? 0
     return { live, statement, sentAt, localAdmissions, query: client.query<AdmitRow>(statement.query) }
+  }
+
+  /** After a failed statement: once the database answers again, local units go back even if no check comes. */
+  private drainLater(): void {
+    if (this.drainTimer !== null || this.handOver === null || !this.handOver.holdsCounts) return
+    this.drainTimer = setInterval(() => this.drain(), DRAIN_INTERVAL_MS)
+    this.drainTimer.unref()
+  }
+
+  /** Sends a statement carrying the local units waiting, unless checks already go (they carry them). */
+  private drain(): void {
+    const handOver = this.handOver
+    if (this.closed || handOver === null || !handOver.holdsCounts) {
+      if (this.drainTimer !== null) clearInterval(this.drainTimer)
+      this.drainTimer = null
+      return
+    }
+    if (this.inFlight > 0 || this.queue.length > 0) return
+    // More than one statement's worth waiting (MAX_HANDED_EXTRA buckets each): the next one at once.
+    this.admit(HANDOVER_PROBE, this.checkTimeoutMs, handOver).then(
+      () => this.drain(),
+      () => undefined,
+    )
   }
 
   /** The statement carrying local units ended: committed (`landed`) or not. */

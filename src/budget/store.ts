@@ -73,6 +73,8 @@ export interface LocalHandOver {
    * locally meanwhile: that statement's verdicts were judged without those units.
    */
   readonly localAdmissions: number
+  /** Units wait or are in flight (or a local verdict is not settled yet): a store with no check to carry them sends one of its own. */
+  readonly holdsCounts: boolean
 }
 
 export interface AdmitResult {

@@ -49,6 +49,10 @@ export class HandOverLedger implements LocalHandOver {
   private waiting = new Map<string, LocalCount>()
   private inFlight: Map<string, LocalCount> | null = null
 
+  get holdsCounts(): boolean {
+    return this.waiting.size > 0 || this.inFlight !== null
+  }
+
   add(counts: readonly LocalCount[]): void {
     for (const c of counts) {
       const seen = this.waiting.get(c.key)

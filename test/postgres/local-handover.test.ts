@@ -15,7 +15,7 @@ import { PostgresBudgetStore } from '../../src/budget/postgres-store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { bucket } from '../budget/store-contract'
-import { HandOverLedger, countOf } from '../helpers/budget-rows'
+import { HandOverLedger, countOf, holdRow, lockWaits } from '../helpers/budget-rows'
 import { toolCall } from '../helpers/harness'
 import { type TestDatabase, closeTestDatabase, openTestDatabase, testPool } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
@@ -127,6 +127,15 @@ test('units admitted locally with room left: the burst after the outage gets exa
   expect(await sharedTenantCount()).toBe(TENANT_LIMIT)
 }, 60_000)
 
+test('a replica that gets no call once the database is back still hands its local units over, within seconds', async () => {
+  // Its units must not wait for its next call: the other replicas judge on the shared rows meanwhile.
+  const g = h as BudgetHarness
+  proxy.refuse()
+  expect(await oneByOne(g, 5, 'idle')).toBe(5)
+  proxy.allow()
+  await waitFor(async () => (await sharedTenantCount()) === 5, { what: 'the local units in the shared row', timeoutMs: 15_000 })
+}, 30_000)
+
 test('a verdict judged before a check this replica admitted locally meanwhile is not given, and is refunded (the stage then judges the check locally)', async () => {
   // A held network: the statement reaches the database only after this replica judged another check
   // locally (its own bound passed), so the shared count it is judged on lacks that unit.
@@ -145,4 +154,31 @@ test('a verdict judged before a check this replica admitted locally meanwhile is
   // A statement sent after it is exact again.
   expect((await pg.admit([held], 3000, ledger)).admitted).toBe(true)
   expect(await countOf(admin, held.key)).toBe(1)
+}, 30_000)
+
+test('while a statement carrying local units is in flight, no other starts beside it, even once it counts as stalled', async () => {
+  // Beside it, a check would be judged on rows that may not hold the units yet.
+  const pg = store as PostgresBudgetStore
+  const ledger = new HandOverLedger()
+  ledger.add([{ key: 'carried-while-held', count: 3, windowSeconds: 60 }])
+  // Someone holds the row the hand-over adds to: the carrying statement waits for its lock.
+  const release = await holdRow(admin, 'carried-while-held')
+  try {
+    const sent = pg.stats().statements
+    const carrier = pg.admit([bucket(identityKey('acme', 'first'), 10)], 5000, ledger)
+    await waitFor(async () => (await lockWaits(admin)) > 0, { what: 'the carrying statement to wait for the lock', intervalMs: 5 })
+    let besideSettled = false
+    const beside = pg.admit([bucket(identityKey('acme', 'second'), 10)], 5000, ledger).finally(() => (besideSettled = true))
+    // Three times the 200 ms after which a statement counts as stalled and another may start beside it.
+    await new Promise((resolve) => setTimeout(resolve, 600))
+    expect(pg.stats().statements).toBe(sent + 1)
+    expect(besideSettled).toBe(false)
+    await release()
+    expect((await carrier).admitted).toBe(true)
+    expect((await beside).admitted).toBe(true)
+    expect(ledger.landedUnits).toEqual(new Map([['carried-while-held', 3]]))
+    expect(await countOf(admin, 'carried-while-held')).toBe(3)
+  } finally {
+    await release()
+  }
 }, 30_000)
