@@ -186,12 +186,8 @@ export class LocalLimiter implements LocalHandOver {
    * store sends no second one beside it). Units of windows that have ended are dropped.
    */
   take(keys: readonly string[], more: number): LocalCount[] | null {
-    if (this.inFlight !== null) return null
-    if (this.pending.size === 0) {
-      // Only refused (or refunded) checks since the outage: nothing to hand over, and nothing to keep.
-      this.settled()
-      return null
-    }
+    // Nothing settles here: the statement may still fail, and the store may still be down (landed settles).
+    if (this.inFlight !== null || this.pending.size === 0) return null
     const now = this.now()
     const taken = new Map<string, Pending>()
     for (const key of keys) this.takeOne(key, taken, now)
@@ -200,10 +196,7 @@ export class LocalLimiter implements LocalHandOver {
       if (extra >= more) break
       if (this.takeOne(key, taken, now)) extra++
     }
-    if (taken.size === 0) {
-      this.settled()
-      return null
-    }
+    if (taken.size === 0) return null
     this.inFlight = taken
     const counts: LocalCount[] = []
     for (const [key, p] of taken) counts.push({ key, count: p.count, windowSeconds: p.windowSeconds })
@@ -211,21 +204,22 @@ export class LocalLimiter implements LocalHandOver {
   }
 
   /**
-   * The statement carrying the units taken committed: the shared counts hold them. The remembered
-   * counts, read before, now include them too (without this a store failing again before the bucket's
-   * next shared check would hand the share out twice). Once nothing waits, the local counter starts
-   * afresh: the shared counts are authoritative again.
+   * The statement carrying the units taken committed (or one carrying none succeeded): the shared
+   * counts hold them. The remembered counts, read before, now include them too (without this a store
+   * failing again before the bucket's next shared check would hand the share out twice). Once nothing
+   * waits, the local counter starts afresh: the shared counts are authoritative again.
    */
   landed(): number {
     const taken = this.inFlight
-    if (taken === null) return 0
     this.inFlight = null
-    const now = this.now()
     let units = 0
-    for (const [key, p] of taken) {
-      units += p.count
-      const seed = this.seeds.get(key)
-      if (seed !== undefined && seed.endsAt > now) seed.used += p.count
+    if (taken !== null) {
+      const now = this.now()
+      for (const [key, p] of taken) {
+        units += p.count
+        const seed = this.seeds.get(key)
+        if (seed !== undefined && seed.endsAt > now) seed.used += p.count
+      }
     }
     this.settled()
     return units
@@ -258,7 +252,7 @@ export class LocalLimiter implements LocalHandOver {
 
   /** Nothing waits and nothing is in flight: the local counts start afresh. */
   private settled(): void {
-    if (this.pending.size === 0 && this.inFlight === null) {
+    if (this.degradedChecks > 0 && this.pending.size === 0 && this.inFlight === null) {
       this.counter = new MemoryBudgetStore({ now: this.now })
       this.degradedChecks = 0
     }

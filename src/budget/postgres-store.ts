@@ -575,6 +575,7 @@ export class PostgresBudgetStore implements BudgetStore {
         // Before the next statement takes what still waits, and before the verdicts are delivered (the
         // stage then remembers the shared counts, which already hold the units).
         if (pending.statement.carries !== null) this.handOverEnded(pending.statement.carries, true)
+        else if (this.handOver?.holdsCounts === true) this.handOver.landed()
         this.sampleOffset(pending.sentAt, localEpochMs(), row.db_epoch_ms)
         this.sent.delete(slot.batch)
         const next = this.queue.length === 0 || this.carrying ? null : this.takeBatch()
@@ -616,9 +617,13 @@ export class PostgresBudgetStore implements BudgetStore {
     return { live, statement, sentAt, localAdmissions, query: client.query<AdmitRow>(statement.query) }
   }
 
-  /** After a failed statement: once the database answers again, local units go back even if no check comes. */
+  /**
+   * After a failed statement: once the database answers again, local units go back even if no check
+   * comes. (The units of the checks this failure makes the stage judge locally come right after it:
+   * the timer's first round looks.)
+   */
   private drainLater(): void {
-    if (this.drainTimer !== null || this.handOver === null || !this.handOver.holdsCounts) return
+    if (this.drainTimer !== null || this.handOver === null || this.closed) return
     this.drainTimer = setInterval(() => this.drain(), DRAIN_INTERVAL_MS)
     this.drainTimer.unref()
   }

@@ -64,7 +64,11 @@ export interface LocalHandOver {
    * they are, nothing more is taken (null), and the store must send no other statement.
    */
   take(keys: readonly string[], more: number): LocalCount[] | null
-  /** The statement that carried the units taken committed: the shared counts hold them. Returns how many. */
+  /**
+   * The statement that carried the units taken committed: the shared counts hold them; returns how
+   * many. Also called after a statement that carried none succeeded (the store answers again: what no
+   * longer waits is settled).
+   */
   landed(): number
   /** It failed, or its answer never came: the units wait again (counted twice if it did commit: erring towards refusing). */
   failed(): void

@@ -38,8 +38,9 @@ export class FlakyStore implements BudgetStore {
         return Promise.reject(new Error(DOWN))
       }
       this.absorb(counts)
-      handOver?.landed()
     }
+    // As the Postgres store does after every statement that succeeds: what no longer waits is settled.
+    if (handOver?.holdsCounts === true) handOver.landed()
     return this.shared.admit(charges)
   }
 

@@ -175,8 +175,11 @@ describe('handing local counts to the store when it answers again', () => {
     clock.advance(20)
     expect(admitted(limiter, alice, 1, 3)).toBe(3) // a later window, counted locally
     clock.advance(60)
-    // Both the seeded window and the local one have ended: nothing to hand over.
+    // Both the seeded window and the local one have ended: nothing to hand over, and the next
+    // statement that succeeds settles it.
     expect(take(limiter, ['alice'])).toBeNull()
+    expect(limiter.holdsCounts).toBe(true)
+    expect(limiter.landed()).toBe(0)
     expect(limiter.holdsCounts).toBe(false)
   })
 
