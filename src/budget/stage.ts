@@ -11,7 +11,7 @@ import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
 import { IdentityKeyCache, windowKey } from './keys'
 import { type LocalAdmission, LocalLimiter } from './local-limiter'
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore, LocalCount } from './store'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
 
 export interface BudgetStageOptions {
   /** Wall clock (ms) for the fail-open count; tests inject one. */
@@ -79,9 +79,6 @@ export function budgetStage(
   const degradedChecks = options.degraded ?? new FailOpenWindow(options.now ?? Date.now)
   const local = config.onStoreError === 'local'
   const limiter = options.localLimiter ?? new LocalLimiter()
-  // Made once per stage, not per recovery: the store's absorb bound to this stage's timeout.
-  const storeAbsorb = store.absorb?.bind(store)
-  const absorb = storeAbsorb === undefined ? null : (counts: readonly LocalCount[]) => storeAbsorb(counts, timeoutMs)
 
   const failed = (ex: Exchange, err: unknown, charges: readonly Charge[]): Verdict => {
     metrics.budgetStoreErrors.inc()
@@ -116,19 +113,6 @@ export function budgetStage(
     return decided(ex, charges, admission.result, plan, admission)
   }
 
-  /** A shared verdict: remembered for a later outage, and the moment local counts go back to the store. */
-  const sharedVerdict = (charges: readonly Charge[], result: AdmitResult): void => {
-    limiter.remember(charges, result)
-    if (!limiter.holdsCounts) return
-    limiter.handOver(absorb)?.then(
-      (units) => log.info('budget store answers again: local counts handed to it', { units }),
-      (err: unknown) =>
-        warnings.warn('budget-absorb', 'could not hand local budget counts to the store; keeping them for the next try', {
-          error: describeError(err),
-        }),
-    )
-  }
-
   const refund = (receipt: Receipt): void => {
     if (receipt.local !== null) {
       limiter.refund(receipt.local)
@@ -145,14 +129,18 @@ export function budgetStage(
   }
 
   const checkAndDecide = async (ex: Exchange, charges: readonly Charge[]): Promise<Verdict> => {
+    // The units admitted locally during an outage go back to the shared counts in the statement of the
+    // checks after it, before they are judged (BudgetStore.admit); also after a reload from local to
+    // open or closed mid-outage.
+    const handOver = local || limiter.holdsCounts ? limiter : undefined
     let result: AdmitResult
     try {
-      result = await withDeadline(store.admit(charges, timeoutMs), timeoutMs, timeoutMessage)
+      result = await withDeadline(store.admit(charges, timeoutMs, handOver), timeoutMs, timeoutMessage)
     } catch (err) {
       return failed(ex, err, charges)
     }
-    // Also after a reload from local to open or closed mid-outage: the units admitted locally still go back.
-    if (local || limiter.holdsCounts) sharedVerdict(charges, result)
+    // Remembered for a later outage: its local share starts from these counts.
+    if (handOver !== undefined) limiter.remember(charges, result)
     return decided(ex, charges, result, plan)
   }
 
