@@ -1,5 +1,5 @@
 import { type Clock, MemoryBudgetStore } from './memory-store'
-import type { AdmitResult, BucketCharge, BucketState, LocalCount, WindowId } from './store'
+import type { AdmitResult, BucketCharge, BucketState, LocalCount, LocalHandOver, WindowId } from './store'
 
 /**
  * Bucket keys whose shared count is remembered, at most, and local counts waiting to be handed to the
@@ -10,9 +10,6 @@ import type { AdmitResult, BucketCharge, BucketState, LocalCount, WindowId } fro
  */
 export const MAX_LOCAL_KEYS = 100_000
 
-/** After a failed hand-over, the next one waits this long: a store that rejects it at once is not asked on every check. */
-const HANDOVER_RETRY_MS = 1000
-
 /** What the shared store last said about a bucket: its count then, and when (on this clock) that window ends. */
 interface Seed {
   used: number
@@ -22,7 +19,8 @@ interface Seed {
 
 /** Units this replica admitted on its own in one local window, not yet added to the shared count. */
 interface Pending {
-  readonly sharedKey: string
+  /** The local counter's key they were counted under (the shared key, or it and a remembered window). */
+  readonly localKey: string
   /** Tool and tenant entries are never pruned: bounded by the config, and shared by every caller. */
   readonly kind: BucketCharge['kind']
   readonly windowSeconds: number
@@ -42,6 +40,8 @@ export class LocalAdmission {
     readonly local: readonly BucketCharge[],
     /** The counter it was charged to: one replaced since (its counts handed over) takes no refund. */
     readonly counter: MemoryBudgetStore,
+    /** The charges as the shared store knows them (`local` in the same order): units waiting are filed under their keys. */
+    readonly shared: readonly BucketCharge[],
   ) {}
 }
 
@@ -54,22 +54,25 @@ export class LocalAdmission {
  *
  * The counting itself is a MemoryBudgetStore (all or nothing, check order, refusedBy, windows that open
  * at their first charge): this class only chooses each bucket's key and allowance, remembers the shared
- * counts, and keeps the units admitted here until the store takes them back (`handOver`). A bucket
+ * counts, and keeps the units admitted here until the store takes them back (LocalHandOver: the store
+ * adds them in the statement that judges the next checks of their buckets). A bucket
  * seeded from a shared window is counted under its own key (the bucket's key and that window's id), so
  * its local count ends with the shared window and survives the store flapping within it.
  *
  * One per process, across reloads (compose.ts), so a reload during an outage keeps the local counts.
  */
-export class LocalLimiter {
+export class LocalLimiter implements LocalHandOver {
   private readonly seeds = new Map<string, Seed>()
+  /** Units waiting to be handed over, by shared key. */
   private readonly pending = new Map<string, Pending>()
+  /** Units a statement carries now (taken, not yet landed or failed), by shared key; null when none does. */
+  private inFlight: Map<string, Pending> | null = null
   private counter: MemoryBudgetStore
   private readonly now: Clock
   private readonly maxKeys: number
   /** Degraded checks since the counter was last replaced: none means there is nothing to hand over. */
   private degradedChecks = 0
-  private handingOver = false
-  private retryAt = 0
+  private admissions = 0
 
   constructor(options: { now?: Clock; maxKeys?: number } = {}) {
     this.now = options.now ?? (() => performance.now())
@@ -77,9 +80,14 @@ export class LocalLimiter {
     this.counter = new MemoryBudgetStore({ now: this.now })
   }
 
-  /** True while the limiter holds local counts or state from an outage that `handOver` has not settled. */
+  /** True while the limiter holds local counts or state from an outage that the store has not taken back. */
   get holdsCounts(): boolean {
     return this.degradedChecks > 0
+  }
+
+  /** Checks admitted here so far (LocalHandOver.localAdmissions). */
+  get localAdmissions(): number {
+    return this.admissions
   }
 
   /** Bucket keys whose shared count is remembered (tests). */
@@ -143,6 +151,7 @@ export class LocalLimiter {
     }
     let result = this.counter.admitNow(local)
     if (result.admitted) {
+      this.admissions++
       for (let i = 0; i < local.length; i++) {
         if (!local[i].charged) continue
         const window = result.buckets[i].window
@@ -152,7 +161,7 @@ export class LocalLimiter {
     }
     // A seeded bucket's count resets when the shared window ends, before the local window would.
     if (seededEnds !== null) result = withSharedResets(result, seededEnds, now)
-    return new LocalAdmission(result, local, this.counter)
+    return new LocalAdmission(result, local, this.counter, charges)
   }
 
   /** Takes back a degraded call the upstream never served, from the local counts only. */
@@ -163,88 +172,110 @@ export class LocalLimiter {
     for (let i = 0; i < admission.local.length; i++) {
       const c = admission.local[i]
       if (!c.charged) continue
-      const p = this.pending.get(c.key)
-      if (p !== undefined && p.window === admission.result.buckets[i].window) p.count = Math.max(0, p.count - c.cost)
+      // Units a statement carries now stay counted: the refund cannot reach them any more.
+      const p = this.pending.get(admission.shared[i].key)
+      if (p !== undefined && p.localKey === c.key && p.window === admission.result.buckets[i].window)
+        p.count = Math.max(0, p.count - c.cost)
     }
   }
 
   /**
-   * After the shared store answered again: hands the units admitted here, in windows still open, to
-   * `absorb` (the store's), one hand-over at a time. On success the local counter starts afresh (the
-   * shared counts are authoritative again); on failure the units are kept for the next try, never
-   * counted twice. Local counts of ended windows are dropped. Returns the units handed over, or null
-   * when there was nothing to do (or one is running). `absorb` null: the store cannot take them.
+   * The units waiting for the buckets `keys` (every one of them) and for up to `more` other buckets,
+   * merged per shared bucket, for the statement about to judge checks of `keys`; they are in flight
+   * until `landed` or `failed`. Null when none waits, or while another statement carries units (the
+   * store sends no second one beside it). Units of windows that have ended are dropped.
    */
-  handOver(absorb: ((counts: readonly LocalCount[]) => Promise<void>) | null): Promise<number> | null {
-    if (this.degradedChecks === 0 || this.handingOver) return null
+  take(keys: readonly string[], more: number): LocalCount[] | null {
+    // Nothing settles here: the statement may still fail, and the store may still be down (landed settles).
+    if (this.inFlight !== null || this.pending.size === 0) return null
     const now = this.now()
-    if (now < this.retryAt) return null
-    const taken: Array<[string, Pending]> = []
-    const bySharedKey = new Map<string, { key: string; count: number; windowSeconds: number }>()
+    const taken = new Map<string, Pending>()
+    for (const key of keys) this.takeOne(key, taken, now)
+    let extra = 0
+    for (const key of this.pending.keys()) {
+      if (extra >= more) break
+      if (this.takeOne(key, taken, now)) extra++
+    }
+    if (taken.size === 0) return null
+    this.inFlight = taken
+    const counts: LocalCount[] = []
+    for (const [key, p] of taken) counts.push({ key, count: p.count, windowSeconds: p.windowSeconds })
+    return counts
+  }
+
+  /**
+   * The statement carrying the units taken committed (or one carrying none succeeded): the shared
+   * counts hold them. The remembered counts, read before, now include them too (without this a store
+   * failing again before the bucket's next shared check would hand the share out twice). Once nothing
+   * waits, the local counter starts afresh: the shared counts are authoritative again.
+   */
+  landed(): number {
+    const taken = this.inFlight
+    this.inFlight = null
     let units = 0
-    for (const entry of this.pending) {
-      const p = entry[1]
-      if (p.openUntil <= now || p.count === 0) continue
-      taken.push(entry)
-      units += p.count
-      const merged = bySharedKey.get(p.sharedKey)
-      if (merged === undefined) bySharedKey.set(p.sharedKey, { key: p.sharedKey, count: p.count, windowSeconds: p.windowSeconds })
-      else merged.count += p.count
+    if (taken !== null) {
+      const now = this.now()
+      for (const [key, p] of taken) {
+        units += p.count
+        const seed = this.seeds.get(key)
+        if (seed !== undefined && seed.endsAt > now) seed.used += p.count
+      }
     }
-    this.pending.clear()
-    if (taken.length === 0 || absorb === null) {
-      this.reset()
-      return null
-    }
-    this.handingOver = true
-    const mark = this.degradedChecks
-    return absorb([...bySharedKey.values()]).then(
-      () => {
-        this.handingOver = false
-        // The shared counts now hold these units; the remembered ones, read before, did not. Without
-        // this a store failing again before the bucket's next shared check would hand the share out twice.
-        for (const handed of bySharedKey.values()) {
-          const seed = this.seeds.get(handed.key)
-          if (seed !== undefined && seed.endsAt > now) seed.used += handed.count
-        }
-        // A check degraded while the hand-over ran: the store failed again, keep enforcing on these counts.
-        if (this.degradedChecks === mark) this.reset()
-        return units
-      },
-      (err: unknown) => {
-        this.handingOver = false
-        this.retryAt = this.now() + HANDOVER_RETRY_MS
-        this.putBack(taken)
-        throw err
-      },
-    )
+    this.settled()
+    return units
   }
 
-  private reset(): void {
-    this.counter = new MemoryBudgetStore({ now: this.now })
-    this.pending.clear()
-    this.degradedChecks = 0
-  }
-
-  private putBack(taken: ReadonlyArray<[string, Pending]>): void {
+  /** The statement carrying the units taken failed, or its answer never came: they wait again, never counted twice here. */
+  failed(): void {
+    const taken = this.inFlight
+    if (taken === null) return
+    this.inFlight = null
     const now = this.now()
     for (const [key, p] of taken) {
       if (p.openUntil <= now) continue
       const current = this.pending.get(key)
       if (current === undefined) this.pending.set(key, p)
-      else if (current.window === p.window) current.count += p.count
+      else if (current.localKey === p.localKey && current.window === p.window) current.count += p.count
       // else: the local window changed since, so the one taken has ended
     }
   }
 
+  /** Moves the units waiting for `key` to `taken`; false when none (or only ended ones) wait. */
+  private takeOne(key: string, taken: Map<string, Pending>, now: number): boolean {
+    const p = this.pending.get(key)
+    if (p === undefined) return false
+    this.pending.delete(key)
+    if (p.openUntil <= now || p.count === 0) return false
+    taken.set(key, p)
+    return true
+  }
+
+  /** Nothing waits and nothing is in flight: the local counts start afresh. */
+  private settled(): void {
+    if (this.degradedChecks > 0 && this.pending.size === 0 && this.inFlight === null) {
+      this.counter = new MemoryBudgetStore({ now: this.now })
+      this.degradedChecks = 0
+    }
+  }
+
   private addPending(c: BucketCharge, sharedKey: string, window: WindowId, openUntil: number, now: number): void {
-    const p = this.pending.get(c.key)
-    if (p !== undefined && p.window === window) {
+    const p = this.pending.get(sharedKey)
+    if (p !== undefined && p.localKey === c.key && p.window === window) {
       p.count += c.cost
       return
     }
+    // Another local key or window for the bucket: the units before it stay waiting if their window is
+    // still open (a refund then no longer finds them: erring towards refusing), else they are dropped.
+    const carried = p !== undefined && p.openUntil > now ? p.count : 0
     if (p === undefined && this.pending.size >= this.maxKeys) this.prunePending(now)
-    this.pending.set(c.key, { sharedKey, kind: c.kind, windowSeconds: c.windowSeconds, window, openUntil, count: c.cost })
+    this.pending.set(sharedKey, {
+      localKey: c.key,
+      kind: c.kind,
+      windowSeconds: c.windowSeconds,
+      window,
+      openUntil,
+      count: c.cost + carried,
+    })
   }
 
   /**

@@ -3,7 +3,7 @@ import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import { withDeadline } from '../deadline'
 import { ReplicaHeartbeat } from '../postgres/heartbeat'
-import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BucketState, BudgetStore, LocalCount, WindowId } from './store'
+import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BucketState, BudgetStore, LocalHandOver, WindowId } from './store'
 
 export interface PostgresBudgetStoreOptions {
   /**
@@ -59,28 +59,39 @@ const LATE_RESULT_GRACE_MS = 2000
 const OFFSET_SAMPLE_MAX_AGE_MS = 30_000
 
 /**
- * The one statement of a batch of checks (migrations/004-coalesced-admission.ts); `clock` is the window
- * clock's SQL: clock_timestamp(), or a test's parameter.
+ * The one statement of a batch of checks, which also carries the units this replica admitted locally
+ * during an outage, if any (migrations/007-handover-in-admission.ts); `clock` is the window clock's
+ * SQL: clock_timestamp(), or a test's parameter.
  */
 function admitSql(clock: string): string {
   return `SELECT refused_by, used, key_ends, key_reset, db_epoch_ms
   FROM wardline_budget_admit_batch($1::text[], $2::integer[], $3::integer[], $4::integer[], $5::double precision[], $6::integer[],
-                                   $7::boolean[], $8::double precision[], $9::integer[], $10::boolean, ${clock})`
+                                   $7::boolean[], $8::double precision[], $9::integer[], $10::boolean,
+                                   $11::integer[], $12::double precision[], ${clock})`
 }
 
 /**
- * Adds what replicas admitted locally during an outage (budget.on_store_error: local) to the shared
- * rows, in the window still open there or in a new one, whatever the limit: those calls ran. Rows are
- * written in key order (INSERT processes its sorted input in order), so it queues behind checks on
- * the same rows instead of deadlocking with them.
+ * Buckets whose local units a statement carries beyond those of its own checks (LocalHandOver.take):
+ * the rest of an outage's hand-over drains a thousand buckets per statement, each a row lock in key
+ * order, so a replica that admitted calls of 100,000 identities locally does not make one statement
+ * lock them all within one check's bound. A check's own buckets always travel whole.
  */
-const ABSORB_SQL = `INSERT INTO budget_buckets AS b (key, count, ends_at)
-SELECT r.key, r.count, clock_timestamp() + make_interval(secs => r.secs)
-  FROM unnest($1::text[], $2::integer[], $3::double precision[]) AS r(key, count, secs)
- ORDER BY r.key COLLATE "C"
-ON CONFLICT (key) DO UPDATE
-   SET count = CASE WHEN b.ends_at > clock_timestamp() THEN least(b.count::bigint + excluded.count, 2147483647)::integer ELSE excluded.count END,
-       ends_at = CASE WHEN b.ends_at > clock_timestamp() THEN b.ends_at ELSE excluded.ends_at END`
+const MAX_HANDED_EXTRA = 1000
+
+/**
+ * While local units wait after a failed statement, how often an idle store sends a statement of its
+ * own to carry them: a replica that gets no call once the database is back must not keep them from
+ * the shared rows the other replicas judge on until its next call.
+ */
+const DRAIN_INTERVAL_MS = 1000
+
+/**
+ * What such a statement checks: one bucket of its own, never charged (cost 0, charged false). Its key
+ * is no JSON array, so no bucket of keys.ts can be it; its row is an expired placeholder the reaper removes.
+ */
+const HANDOVER_PROBE: readonly BucketCharge[] = [
+  { key: 'wardline:hand-over', kind: 'identity', name: '', limit: 2147483647, windowSeconds: 1, cost: 0, charged: false },
+]
 
 /**
  * The admin API's read of buckets (BudgetStore.inspect), on the window clock `clock` (SQL): each named
@@ -163,6 +174,8 @@ interface AdmitRow {
 interface BatchStatement {
   readonly query: QueryConfig
   readonly slots: readonly number[]
+  /** Where the local units it carries come from (LocalHandOver.take): they land or fail with it. Null: none. */
+  readonly carries: LocalHandOver | null
 }
 
 /** A statement on its way: the checks it carries, and its answer to come. */
@@ -170,6 +183,8 @@ interface SentBatch {
   readonly live: readonly PendingCheck[]
   readonly statement: BatchStatement
   readonly sentAt: number
+  /** LocalHandOver.localAdmissions when it was sent: a verdict is exact only if none was admitted locally since. */
+  readonly localAdmissions: number
   readonly query: Promise<QueryResult<AdmitRow>>
 }
 
@@ -265,6 +280,7 @@ export class PostgresBudgetStore implements BudgetStore {
   private readonly checkTimeoutMs: number
   private readonly synchronousCommit: boolean
   private readonly warn: RateLimitedLog | null
+  private readonly log: Logger | null
   /** The injected window clock, or null for the database clock (production). */
   private readonly clock: (() => Date) | null
   /** Name and text of the prepared admit statement, fixed by the clock at construction. */
@@ -291,6 +307,13 @@ export class PostgresBudgetStore implements BudgetStore {
   private statements = 0
   /** Statements in flight, abandoned verdicts and refunds still running: close() waits for them. */
   private readonly lateWork = new Set<Promise<void>>()
+  /** The local limiter's units waiting for the store (on_store_error: local), once a check has named it. */
+  private handOver: LocalHandOver | null = null
+  /** A statement carrying local units is in flight: no other statement starts until it ends. */
+  private carrying = false
+  /** Sends a statement of its own while local units wait and no check comes (drain). */
+  private drainTimer: NodeJS.Timeout | null = null
+  private closed = false
 
   constructor(
     private readonly pool: Pool,
@@ -299,17 +322,20 @@ export class PostgresBudgetStore implements BudgetStore {
     this.checkTimeoutMs = options.checkTimeoutMs
     this.synchronousCommit = options.synchronousCommit ?? false
     this.warn = options.log ? new RateLimitedLog(options.log) : null
+    this.log = options.log ?? null
     this.clock = options.clock ?? null
     // Two texts, two names: pg refuses to prepare one name for two texts on the same connection, and
     // a test may run a store on each clock over one pool.
-    this.admitName = this.clock === null ? 'wardline_budget_admit_batch_v4' : 'wardline_budget_admit_batch_v4_injected_clock'
-    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$11::timestamptz')
+    this.admitName = this.clock === null ? 'wardline_budget_admit_batch_v7' : 'wardline_budget_admit_batch_v7_injected_clock'
+    this.admitSql = admitSql(this.clock === null ? 'clock_timestamp()' : '$13::timestamptz')
     this.onRefunded = options.onRefunded ?? null
     this.maxStatements = Math.max(1, options.maxStatements ?? defaultMaxStatements(pool))
     this.heartbeat = new ReplicaHeartbeat(pool, { intervalMs: options.heartbeatIntervalMs, log: options.log })
   }
 
-  admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs): Promise<AdmitResult> {
+  admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs, handOver?: LocalHandOver): Promise<AdmitResult> {
+    // One limiter per process (compose.ts): the first check that names it is enough.
+    if (handOver !== undefined) this.handOver = handOver
     if (charges.length === 0) return Promise.resolve(EMPTY_RESULT)
     const bound = Math.max(1, timeoutMs - CALLER_MARGIN_MS)
     const check = new PendingCheck(charges, bound)
@@ -346,28 +372,6 @@ export class PostgresBudgetStore implements BudgetStore {
     )
     if (values === null) return Promise.resolve()
     const work = this.boundedStatement(REFUND_SQL, values, timeoutMs, 'refund')
-    this.track(work.catch(() => undefined))
-    return work
-  }
-
-  /** Adds counts admitted locally during an outage to the shared rows (ABSORB_SQL): one statement, bounded by `timeoutMs`. */
-  absorb(counts: readonly LocalCount[], timeoutMs = this.checkTimeoutMs): Promise<void> {
-    // One row per key: the upsert cannot touch a row twice in one statement (it would fail every retry).
-    const merged = new Map<string, { count: number; windowSeconds: number }>()
-    for (const c of counts) {
-      if (c.count <= 0) continue
-      const seen = merged.get(c.key)
-      if (seen === undefined) merged.set(c.key, { count: c.count, windowSeconds: c.windowSeconds })
-      else seen.count += c.count
-    }
-    if (merged.size === 0) return Promise.resolve()
-    const keys = [...merged.keys()]
-    const values = [
-      keys,
-      keys.map((k) => Math.min(2147483647, merged.get(k)?.count ?? 0)),
-      keys.map((k) => merged.get(k)?.windowSeconds ?? 0),
-    ]
-    const work = this.boundedStatement(ABSORB_SQL, values, timeoutMs, 'absorb')
     this.track(work.catch(() => undefined))
     return work
   }
@@ -449,6 +453,9 @@ export class PostgresBudgetStore implements BudgetStore {
    * readiness share it), which closes it last.
    */
   async close(): Promise<void> {
+    this.closed = true
+    if (this.drainTimer !== null) clearInterval(this.drainTimer)
+    this.drainTimer = null
     await this.heartbeat.close()
     while (this.lateWork.size > 0) await Promise.all([...this.lateWork])
   }
@@ -487,7 +494,9 @@ export class PostgresBudgetStore implements BudgetStore {
    * which would otherwise wait behind it until their deadlines and fail.
    */
   private statementsAllowed(): number {
-    if (this.inFlight === 0) return 1
+    // Beside a statement carrying local units, none: a check judged beside it would be judged on counts
+    // that may lack them (it waits, or passes its bound and is judged locally, as during the outage).
+    if (this.inFlight === 0 || this.carrying) return 1
     return performance.now() - this.oldestStart() >= STALLED_AFTER_MS ? this.maxStatements : 1
   }
 
@@ -543,6 +552,7 @@ export class PostgresBudgetStore implements BudgetStore {
         client = await this.connect(latest)
       } catch (err) {
         for (const c of first) c.fail(err as Error)
+        this.drainLater()
         return
       }
       let pending = this.send(client, first)
@@ -551,24 +561,31 @@ export class PostgresBudgetStore implements BudgetStore {
         try {
           row = (await pending.query).rows[0]
         } catch (err) {
+          // The transaction rolled back (or its answer never came): the local units it carried wait again.
+          if (pending.statement.carries !== null) this.handOverEnded(pending.statement.carries, false)
           // An error the server sent (a lock timeout, every deadline passed) leaves the connection ready
           // for the next statement; anything else (a client-side timeout, a broken socket) leaves it in
           // an unknown state, possibly still busy with ours: drop it rather than hand it on.
           client.release(isServerError(err as Error) ? undefined : (err as Error))
           client = null
           for (const c of pending.live) c.fail(err as Error)
+          this.drainLater()
           return
         }
+        // Before the next statement takes what still waits, and before the verdicts are delivered (the
+        // stage then remembers the shared counts, which already hold the units).
+        if (pending.statement.carries !== null) this.handOverEnded(pending.statement.carries, true)
+        else if (this.handOver?.holdsCounts === true) this.handOver.landed()
         this.sampleOffset(pending.sentAt, localEpochMs(), row.db_epoch_ms)
         this.sent.delete(slot.batch)
-        const next = this.queue.length === 0 ? null : this.takeBatch()
+        const next = this.queue.length === 0 || this.carrying ? null : this.takeBatch()
         let following: SentBatch | null = null
         if (next !== null) {
           this.startedAt[this.startedAt.indexOf(slot.startedAt)] = slot.startedAt = performance.now()
           this.sent.add((slot.batch = next))
           following = this.send(client, next)
         }
-        this.deliver(pending.live, row, pending.statement.slots)
+        this.deliver(pending, row)
         pending = following
       }
     } finally {
@@ -594,12 +611,63 @@ export class PostgresBudgetStore implements BudgetStore {
     }
     for (const c of live) c.state = SENT
     this.statements++
+    if (statement.carries !== null) this.carrying = true
     const sentAt = localEpochMs()
-    return { live, statement, sentAt, query: client.query<AdmitRow>(statement.query) }
+    const localAdmissions = this.handOver?.localAdmissions ?? 0
+    return { live, statement, sentAt, localAdmissions, query: client.query<AdmitRow>(statement.query) }
   }
 
-  /** Each check's verdict from the statement's row; an admitted one its caller gave up on is refunded. */
-  private deliver(checks: readonly PendingCheck[], row: AdmitRow, slots: readonly number[]): void {
+  /**
+   * After a failed statement: once the database answers again, local units go back even if no check
+   * comes. (The units of the checks this failure makes the stage judge locally come right after it:
+   * the timer's first round looks.)
+   */
+  private drainLater(): void {
+    if (this.drainTimer !== null || this.handOver === null || this.closed) return
+    this.drainTimer = setInterval(() => this.drain(), DRAIN_INTERVAL_MS)
+    this.drainTimer.unref()
+  }
+
+  /** Sends a statement carrying the local units waiting, unless checks already go (they carry them). */
+  private drain(): void {
+    const handOver = this.handOver
+    if (this.closed || handOver === null || !handOver.holdsCounts) {
+      if (this.drainTimer !== null) clearInterval(this.drainTimer)
+      this.drainTimer = null
+      return
+    }
+    if (this.inFlight > 0 || this.queue.length > 0) return
+    // More than one statement's worth waiting (MAX_HANDED_EXTRA buckets each): the next one at once.
+    this.admit(HANDOVER_PROBE, this.checkTimeoutMs, handOver).then(
+      () => this.drain(),
+      () => undefined,
+    )
+  }
+
+  /** The statement carrying local units ended: committed (`landed`) or not. */
+  private handOverEnded(handOver: LocalHandOver, landed: boolean): void {
+    this.carrying = false
+    if (!landed) {
+      handOver.failed()
+      return
+    }
+    const units = handOver.landed()
+    this.log?.info('budget store answers again: local counts handed to it', { units })
+  }
+
+  /**
+   * Each check's verdict from the statement's row; an admitted one its caller gave up on is refunded.
+   * So is an admitted one judged before a check this replica admitted locally while the statement was in
+   * flight (the store failed meanwhile for that one): the shared counts it was judged on lack those
+   * units, so it is not given; its caller judges it locally too, on counts that have them.
+   */
+  private deliver(sent: SentBatch, row: AdmitRow): void {
+    const checks = sent.live
+    const slots = sent.statement.slots
+    const stale = this.handOver !== null && this.handOver.localAdmissions !== sent.localAdmissions
+    // Per key, the units the checks not given took from it: one refund statement for them all (a key's
+    // window is one within a statement, so a key's refunds add up).
+    let takenBack: Map<string, { cost: number; window: WindowId }> | null = null
     let offset = 0
     for (let j = 0; j < checks.length; j++) {
       const c = checks[j]
@@ -609,12 +677,44 @@ export class PostgresBudgetStore implements BudgetStore {
         c.state = DONE
       } else if (refusedBy === -2) {
         c.fail(new Error('budget check passed its deadline on the database'))
+      } else if (stale && refusedBy === -1) {
+        takenBack ??= new Map()
+        for (let i = 0; i < c.charges.length; i++) {
+          const charge = c.charges[i]
+          if (!charge.charged) continue
+          const seen = takenBack.get(charge.key)
+          if (seen === undefined) takenBack.set(charge.key, { cost: charge.cost, window: row.key_ends[slots[offset + i]] })
+          else seen.cost += charge.cost
+        }
+        c.fail(new Error('the shared verdict was judged without calls this replica admitted locally meanwhile'))
       } else {
         c.state = DONE
         c.resolve(toResult(c.charges, refusedBy, row, slots, offset))
       }
       offset += c.charges.length
     }
+    if (takenBack !== null) this.refundStale(takenBack)
+  }
+
+  /** Takes back what the checks `deliver` did not give had charged, in one statement, like a late verdict's refund. */
+  private refundStale(takenBack: ReadonlyMap<string, { cost: number; window: WindowId }>): void {
+    const keys: string[] = []
+    const costs: number[] = []
+    const ends: string[] = []
+    for (const [key, { cost, window }] of takenBack) {
+      if (window === null) continue
+      keys.push(key)
+      costs.push(cost)
+      ends.push(String(window))
+    }
+    if (keys.length === 0) return
+    this.track(
+      this.boundedStatement(REFUND_SQL, [keys, costs, ends], this.checkTimeoutMs, 'refund').catch((err: unknown) =>
+        this.warn?.warn('budget-refund', 'could not refund budget checks judged without the calls admitted locally meanwhile', {
+          cause: describeError(err),
+        }),
+      ),
+    )
   }
 
   private sampleOffset(sentAt: number, receivedAt: number, dbMs: number): void {
@@ -737,6 +837,27 @@ export class PostgresBudgetStore implements BudgetStore {
       }
     }
     if (latest <= 0) return null
+    // Taken only now that the statement goes: the units are in flight from here until its end.
+    const handOver = this.handOver
+    const handed = handOver === null ? null : handOver.take(keys, MAX_HANDED_EXTRA)
+    const handedCounts: number[] = []
+    const handedWindows: number[] = []
+    if (handed !== null) {
+      handedCounts.length = handedWindows.length = keys.length
+      handedCounts.fill(0)
+      handedWindows.fill(0)
+      for (const h of handed) {
+        let slot = positions.get(h.key)
+        if (slot === undefined) {
+          // A bucket of the hand-over that no check of this statement names: locked in key order too.
+          slot = keys.length
+          positions.set(h.key, slot)
+          keys.push(h.key)
+        }
+        handedCounts[slot] = Math.min(2147483647, h.count)
+        handedWindows[slot] = h.windowSeconds
+      }
+    }
     // 1-based on the database.
     const values: unknown[] = [
       keys,
@@ -749,10 +870,13 @@ export class PostgresBudgetStore implements BudgetStore {
       deadlines,
       budgets,
       this.synchronousCommit,
+      handedCounts,
+      handedWindows,
     ]
     if (this.clock !== null) values.push(this.clock())
     return {
       slots,
+      carries: handed === null ? null : handOver,
       query: {
         // Named: parsed and planned once per connection; after that only Bind/Execute/Sync are sent.
         name: this.admitName,

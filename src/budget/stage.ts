@@ -11,7 +11,7 @@ import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
 import { IdentityKeyCache, windowKey } from './keys'
 import { type LocalAdmission, LocalLimiter } from './local-limiter'
-import type { AdmitResult, BucketCharge, BucketState, BudgetStore, LocalCount } from './store'
+import type { AdmitResult, BucketCharge, BucketState, BudgetStore } from './store'
 
 export interface BudgetStageOptions {
   /** Wall clock (ms) for the fail-open count; tests inject one. */
@@ -54,8 +54,9 @@ class Receipt {
  *  - a call policy denies (`ex.denial`, set by the policy stage just before) is checked against every
  *    tier but charged to the caller's own identity bucket only, so a caller probing forbidden tools is
  *    throttled without using up what a tool or tenant shares with others;
- *  - an admitted call the upstream never served (unreachable, no answer in time, 429 or 503, the call
- *    never sent) is refunded in the answer phase, in the windows it was charged to.
+ *  - an admitted call the upstream provably never ran (never written to it: unreachable, or still
+ *    waiting for a connection; or refused with 429 or 503) is refunded in the answer phase, in the
+ *    windows it was charged to. A call written to it keeps its charge whatever follows (a timeout).
  * A check the store fails (an error, or no verdict within check_timeout_seconds) is admitted, refused
  * with 503, or judged by this replica alone at limit ÷ live replicas, as budget.on_store_error says.
  * Runs after authentication, parsing and the policy's judgement, before the policy's answer.
@@ -78,9 +79,6 @@ export function budgetStage(
   const degradedChecks = options.degraded ?? new FailOpenWindow(options.now ?? Date.now)
   const local = config.onStoreError === 'local'
   const limiter = options.localLimiter ?? new LocalLimiter()
-  // Made once per stage, not per recovery: the store's absorb bound to this stage's timeout.
-  const storeAbsorb = store.absorb?.bind(store)
-  const absorb = storeAbsorb === undefined ? null : (counts: readonly LocalCount[]) => storeAbsorb(counts, timeoutMs)
 
   const failed = (ex: Exchange, err: unknown, charges: readonly Charge[]): Verdict => {
     metrics.budgetStoreErrors.inc()
@@ -115,19 +113,6 @@ export function budgetStage(
     return decided(ex, charges, admission.result, plan, admission)
   }
 
-  /** A shared verdict: remembered for a later outage, and the moment local counts go back to the store. */
-  const sharedVerdict = (charges: readonly Charge[], result: AdmitResult): void => {
-    limiter.remember(charges, result)
-    if (!limiter.holdsCounts) return
-    limiter.handOver(absorb)?.then(
-      (units) => log.info('budget store answers again: local counts handed to it', { units }),
-      (err: unknown) =>
-        warnings.warn('budget-absorb', 'could not hand local budget counts to the store; keeping them for the next try', {
-          error: describeError(err),
-        }),
-    )
-  }
-
   const refund = (receipt: Receipt): void => {
     if (receipt.local !== null) {
       limiter.refund(receipt.local)
@@ -144,14 +129,18 @@ export function budgetStage(
   }
 
   const checkAndDecide = async (ex: Exchange, charges: readonly Charge[]): Promise<Verdict> => {
+    // The units admitted locally during an outage go back to the shared counts in the statement of the
+    // checks after it, before they are judged (BudgetStore.admit); also after a reload from local to
+    // open or closed mid-outage.
+    const handOver = local || limiter.holdsCounts ? limiter : undefined
     let result: AdmitResult
     try {
-      result = await withDeadline(store.admit(charges, timeoutMs), timeoutMs, timeoutMessage)
+      result = await withDeadline(store.admit(charges, timeoutMs, handOver), timeoutMs, timeoutMessage)
     } catch (err) {
       return failed(ex, err, charges)
     }
-    // Also after a reload from local to open or closed mid-outage: the units admitted locally still go back.
-    if (local || limiter.holdsCounts) sharedVerdict(charges, result)
+    // Remembered for a later outage: its local share starts from these counts.
+    if (handOver !== undefined) limiter.remember(charges, result)
     return decided(ex, charges, result, plan)
   }
 
@@ -206,14 +195,17 @@ function decided(
 }
 
 /**
- * Why an admitted call counts as never served, or null when the MCP server may have run it. A client
- * that left after the call was sent is not refunded: the server may be running it.
+ * Why an admitted call counts as never served, or null when the MCP server may have run it. Only what
+ * provably never ran is refunded: a call never written to the upstream (the client left first, no
+ * connection could be made, no connection came free in time), or one the server refused with 429 or
+ * 503. Once the call was written, a timeout, a reset or a client that left keeps its charge: the
+ * server may be running it, and refunding those let a tool that outlasts upstream_timeout_seconds run
+ * without limit (issue 24, item 3).
  */
 function unserved(outcome: Outcome): string | null {
   if (outcome.status === 429 || outcome.status === 503) return `the MCP server answered ${outcome.status}`
-  if (outcome.status !== 0) return null
-  if (!outcome.sent) return 'the call never left the gateway'
-  return outcome.failure === null ? null : `no answer from the MCP server (${outcome.failure.code})`
+  if (outcome.status !== 0 || outcome.sent) return null
+  return outcome.failure === null ? 'the call never left the gateway' : `the call never reached the MCP server (${outcome.failure.code})`
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BudgetStore, LocalCount } from './store'
+import type { AdmitResult, BucketCharge, BucketReading, BucketSelection, BudgetStore, LocalHandOver } from './store'
 
 /** Whether the store behind may be used yet: null when it may, else the error to fail with. */
 export interface StoreGate {
@@ -13,7 +13,6 @@ export interface StoreGate {
  */
 export class StartingBudgetStore implements BudgetStore {
   readonly admitNow?: (charges: readonly BucketCharge[]) => AdmitResult
-  readonly absorb?: (counts: readonly LocalCount[], timeoutMs?: number) => Promise<void>
   readonly liveReplicas?: () => number
   readonly inspect?: (selection: BucketSelection, timeoutMs?: number) => Promise<BucketReading[]>
   readonly reset?: (selection: BucketSelection, timeoutMs?: number) => Promise<BucketReading[]>
@@ -25,18 +24,11 @@ export class StartingBudgetStore implements BudgetStore {
     // Only what the inner store has: the budget stage and the local limiter look at which optional
     // methods a store offers.
     const admitNow = inner.admitNow?.bind(inner)
-    const absorb = inner.absorb?.bind(inner)
     if (admitNow !== undefined) {
       this.admitNow = (charges) => {
         const err = gate.notReadyError()
         if (err !== null) throw err
         return admitNow(charges)
-      }
-    }
-    if (absorb !== undefined) {
-      this.absorb = (counts, timeoutMs) => {
-        const err = gate.notReadyError()
-        return err === null ? absorb(counts, timeoutMs) : Promise.reject(err)
       }
     }
     // Not gated: it reads what the store last heard (at least 1), never the database.
@@ -48,9 +40,9 @@ export class StartingBudgetStore implements BudgetStore {
     if (reset !== undefined) this.reset = (selection, timeoutMs) => this.gated(() => reset(selection, timeoutMs))
   }
 
-  admit(charges: readonly BucketCharge[], timeoutMs?: number): Promise<AdmitResult> {
+  admit(charges: readonly BucketCharge[], timeoutMs?: number, handOver?: LocalHandOver): Promise<AdmitResult> {
     const err = this.gate.notReadyError()
-    return err === null ? this.inner.admit(charges, timeoutMs) : Promise.reject(err)
+    return err === null ? this.inner.admit(charges, timeoutMs, handOver) : Promise.reject(err)
   }
 
   refund(charges: readonly BucketCharge[], result: AdmitResult, timeoutMs?: number): Promise<void> {

@@ -43,12 +43,42 @@ export interface BucketState {
 
 /**
  * Units a replica admitted on its own (budget.on_store_error: local) while the shared store failed, in
- * a bucket's window that is still open: `absorb` adds them to the shared count when the store answers.
+ * a bucket's window that is still open, to be added to the shared count once the store answers.
  */
 export interface LocalCount {
   readonly key: string
   readonly count: number
   readonly windowSeconds: number
+}
+
+/**
+ * The units a replica admitted on its own while the shared store failed (budget/local-limiter.ts),
+ * waiting to be added to the shared counts. A shared store adds them in the statement that judges the
+ * next checks of their buckets, before judging those checks, so no check is judged on a shared count
+ * that lacks them (issue 24 item 6), and the hand-over costs no round trip of its own.
+ */
+export interface LocalHandOver {
+  /**
+   * Takes the units waiting for every bucket of `keys` and for up to `more` other buckets, one count per
+   * bucket, or null when none waits. The units taken are in flight until `landed` or `failed`; while
+   * they are, nothing more is taken (null), and the store must send no other statement.
+   */
+  take(keys: readonly string[], more: number): LocalCount[] | null
+  /**
+   * The statement that carried the units taken committed: the shared counts hold them; returns how
+   * many. Also called after a statement that carried none succeeded (the store answers again: what no
+   * longer waits is settled).
+   */
+  landed(): number
+  /** It failed, or its answer never came: the units wait again (counted twice if it did commit: erring towards refusing). */
+  failed(): void
+  /**
+   * Checks admitted locally so far. It moves while a statement is in flight when a check was judged
+   * locally meanwhile: that statement's verdicts were judged without those units.
+   */
+  readonly localAdmissions: number
+  /** Units wait or are in flight (or a local verdict is not settled yet): a store with no check to carry them sends one of its own. */
+  readonly holdsCounts: boolean
 }
 
 export interface AdmitResult {
@@ -80,8 +110,12 @@ export interface BudgetStore {
   /**
    * `timeoutMs` is the check's bound as configured now (budget.check_timeout_seconds, which a reload
    * may change): a store that can wait gives up by then, and a check it gave up on never charges later.
+   * `handOver` (on_store_error: local): what this replica admitted locally during an outage. A shared
+   * store judges no check on counts without the units waiting for its buckets: it carries them in the
+   * check's statement, and a verdict judged before units admitted locally since is not given (the
+   * check rejects, nothing of it stays charged). A store whose counts are this process's ignores it.
    */
-  admit(charges: readonly BucketCharge[], timeoutMs?: number): Promise<AdmitResult>
+  admit(charges: readonly BucketCharge[], timeoutMs?: number, handOver?: LocalHandOver): Promise<AdmitResult>
   /**
    * Takes back what an admitted check charged (its `charged` buckets, `cost` each), from the windows
    * `result` names: a bucket whose window has ended since keeps its new window's count. Used when the
@@ -89,12 +123,6 @@ export interface BudgetStore {
    * `timeoutMs`. close() waits for refunds still running.
    */
   refund(charges: readonly BucketCharge[], result: AdmitResult, timeoutMs?: number): Promise<void>
-  /**
-   * Shared stores only: adds what replicas admitted locally during an outage to the shared counts
-   * (whatever the limit: those calls ran), in the bucket's open window or a new one. Rejects on a
-   * store failure; bounded by `timeoutMs`.
-   */
-  absorb?(counts: readonly LocalCount[], timeoutMs?: number): Promise<void>
   /**
    * Shared stores only: how many replicas share the store, as the database last reported it (their
    * heartbeats), at least 1. A replica enforcing limits locally takes limit ÷ this.

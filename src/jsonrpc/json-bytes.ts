@@ -1,7 +1,7 @@
 /**
  * The bytes (and UTF-16 code units: the same values) that give JSON its structure, for the code that
  * reads JSON without materialising it: the request scanner (scan.ts, parse.ts), the loop breaker's
- * canonical arguments (budget/call-fingerprint.ts) and the list filter's cuts (policy/list-filter.ts).
+ * canonical arguments (budget/canonical-json.ts) and the list filter's cuts (policy/list-filter.ts).
  */
 export const QUOTE = 0x22
 export const BACKSLASH = 0x5c

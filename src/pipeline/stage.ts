@@ -114,8 +114,11 @@ export interface Outcome {
    */
   readonly failure: WardlineError | null
   /**
-   * False when the request never reached the upstream: the client was gone before it was forwarded, or
-   * left while it still waited for a free upstream connection.
+   * True once the request's bytes were written to a connection to the upstream: from then on the
+   * upstream may have run it, whatever came after (a reset, no answer within upstream_timeout_seconds,
+   * the client leaving). False only when it provably never reached the upstream: the client was gone
+   * before it was forwarded, no connection could be made (refused, connect timeout), or the client or
+   * upstream_timeout_seconds gave up while it still waited for a free connection.
    */
   readonly sent: boolean
   /** The upstream's response headers when a status arrived (the session stage reads `mcp-session-id`). */

@@ -118,6 +118,11 @@ export function headerSafe(value: string): string {
 
 class RelayHandler implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | null = null
+  /**
+   * The request's bytes were handed to a connected socket to the upstream: from then on the upstream
+   * may have read and run it, whatever follows (a reset, no answer in time). See onRequestStart.
+   */
+  private written = false
   private started = false
   private settled = false
   /**
@@ -152,10 +157,17 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     deadlines.add(this)
   }
 
+  /**
+   * undici calls this on a connected socket, synchronously before it writes the request to it
+   * (client-h1.js writeH1: onConnect, then writeBuffer in the same turn); an abort here writes
+   * nothing. A request whose connection could not be made (refused, connect timeout) never gets
+   * here, nor one still queued for a free connection.
+   */
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller
     if (this.ex.res.destroyed) controller.abort(new Error('client closed the connection'))
     else if (this.settled) controller.abort(new Error('gave up before a connection was free'))
+    else this.written = true
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -304,9 +316,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   private readonly onClientClose = (): void => {
     if (this.settled || this.ex.res.writableFinished) return
     clientLeft(this.ex)
-    // undici calls onRequestStart just before it writes the request to a connection: without a
-    // controller the request was still queued for one, and the upstream never saw it.
-    if (!this.started) reportOutcome(this.ex, { status: 0, failure: null, sent: this.controller !== null })
+    if (!this.started) reportOutcome(this.ex, { status: 0, failure: null, sent: this.written })
     this.controller?.abort(new Error('client closed the connection'))
     this.finish()
   }
@@ -322,8 +332,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   private fail(err: WardlineError): void {
     if (this.settled) return
-    // Nothing of an answer reached the client: the readers hear why (unless a status already arrived).
-    reportOutcome(this.ex, { status: 0, failure: err, sent: true })
+    // Nothing of an answer reached the client: the readers hear why (unless a status already arrived),
+    // and whether the upstream may have run the request all the same.
+    reportOutcome(this.ex, { status: 0, failure: err, sent: this.written })
     this.settled = true
     this.detach()
     this.reject(err)

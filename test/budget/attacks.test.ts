@@ -161,11 +161,36 @@ describe('the loop breaker', () => {
     expect((await postRaw(rig.h.url, rawCall('u', '{}'))).status).toBe(429)
   })
 
-  test('values an upstream could tell apart are not merged (1 vs 1.0, big integers, nested order)', async () => {
+  test('values an upstream could tell apart are not merged (big integers, 1 vs 1.00000000000000001, nested order)', async () => {
     const rig = await startRig({ budget: BUDGET })
-    for (const args of ['{"n":1}', '{"n":1.0}', '{"n":12345678901234567890}', '{"n":12345678901234567891}', '{"n":[1,2]}', '{"n":[2,1]}']) {
+    for (const args of [
+      '{"n":1}',
+      '{"n":1.00000000000000001}',
+      '{"n":12345678901234567890}',
+      '{"n":12345678901234567891}',
+      '{"n":[1,2]}',
+      '{"n":[2,1]}',
+    ]) {
       expect((await postRaw(rig.h.url, rawCall('t', args))).status).toBe(200)
     }
+  })
+
+  test('spellings of one number (1, 1.0, 1e0, 10e-1) and whitespace padding past 64 KiB do not evade it (issue 24, item 11)', async () => {
+    const rig = await startRig({ budget: BUDGET })
+    const blob = 'x'.repeat(100 * 1024)
+    expect((await postRaw(rig.h.url, rawCall('t', `{"n":1,"q":"${blob}"}`))).status).toBe(200)
+    const pad = ' '.repeat(70 * 1024)
+    for (const args of [
+      `{"n":1.0,"q":"${blob}"}`,
+      `{"q":"${blob}","n":1e0}`,
+      `{"n":10e-1,"q":"${blob}"}`,
+      `{${pad}"n"${pad}:${pad}1${pad},"q":"${blob}"${pad}}`,
+      `{"n":0.1E1,${pad}"q":"${blob}"}`,
+    ]) {
+      const r = await postRaw(rig.h.url, rawCall('t', args))
+      expect([r.status, bucketOf(r)]).toEqual([429, 'repeat'])
+    }
+    expect(rig.upstream.seen).toHaveLength(1)
   })
 
   test('a denied call is judged by the loop breaker but never fills its repeat bucket', async () => {

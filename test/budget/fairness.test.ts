@@ -256,7 +256,7 @@ describe.each([
       expect((await h.post(echo('same', 6))).status).toBe(200) // the window is over
     })
 
-    test('key order, whitespace and string escapes do not make a call different; number spellings do', async () => {
+    test('key order, whitespace, string escapes and number spellings do not make a call different', async () => {
       const a = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}'
       const b =
         '{ "params" : { "arguments" : { "b" : 2 ,\n "a" : 1 } , "name" : "add" } , "method" : "tools/call" , "id" : 2 , "jsonrpc" : "2.0" }'
@@ -264,8 +264,10 @@ describe.each([
       expect((await postText(a)).status).toBe(200)
       expect((await postText(b)).status).toBe(200)
       expect((await postText(c)).status).toBe(429)
-      const spelled = '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"add","arguments":{"a":1.0,"b":2}}}'
-      expect((await postText(spelled)).status).toBe(200)
+      const spelled = '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"add","arguments":{"a":1.0,"b":20e-1}}}'
+      expect((await postText(spelled)).status).toBe(429)
+      const other = '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":1.5,"b":2}}}'
+      expect((await postText(other)).status).toBe(200)
     })
 
     test('one batch repeating a call counts every repetition', async () => {

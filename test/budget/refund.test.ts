@@ -62,7 +62,7 @@ describe('a call the MCP server never served is refunded in every tier', () => {
     for (const e of entries) {
       expect(e).toMatchObject({ decision: 'error', status: 502, identity: 'alice', tool: 'search' })
       expect(e.reason).toMatch(
-        /^WL_UPSTREAM_UNREACHABLE: upstream unreachable: .*; budget refunded: no answer from the MCP server \(WL_UPSTREAM_UNREACHABLE\)$/,
+        /^WL_UPSTREAM_UNREACHABLE: upstream unreachable: .*; budget refunded: the call never reached the MCP server \(WL_UPSTREAM_UNREACHABLE\)$/,
       )
     }
   })
@@ -102,49 +102,6 @@ describe('a call the MCP server never served is refunded in every tier', () => {
     },
   )
 
-  test('an upstream that resets the connection before its response headers: 502, refunded', async () => {
-    const rig = await startRig({ budget: BUDGET })
-    rig.mode = 'reset'
-    const statuses: number[] = []
-    for (let i = 0; i < 3; i++) statuses.push((await rig.h.post(toolCall('search', {}, i))).status)
-    expect(statuses).toEqual([502, 502, 502]) // the third would be 429 had the first two been kept
-    expect(rig.upstream.seen).toHaveLength(3) // each one reached the upstream, which dropped it
-
-    rig.mode = 200
-    const served = await rig.h.post(toolCall('search'))
-    expect(served.status).toBe(200)
-    expect(remaining(served)).toEqual({ tool: 3, tenant: 2, identity: 1 })
-
-    const entries = (await rig.h.audit()).slice(0, 3)
-    for (const e of entries) {
-      expect(e).toMatchObject({ decision: 'error', status: 502 })
-      expect(e.reason).toMatch(/^WL_UPSTREAM_FAILED: .*; budget refunded: no answer from the MCP server \(WL_UPSTREAM_FAILED\)$/)
-    }
-  })
-
-  test('an upstream that sends no headers within upstream_timeout_seconds: 504, refunded', async () => {
-    // The counts are read through a second gateway on the same store, with the default timeout: a
-    // loaded machine could take longer than 0.3 s to serve even an answering upstream.
-    const store = new MemoryBudgetStore({ now: manualClock().now })
-    const rig = await startRig({ budget: BUDGET, store, config: { upstream_timeout_seconds: 0.3 } })
-    const live = await startRig({ budget: BUDGET, store })
-    rig.mode = 'stall'
-    const statuses: number[] = []
-    for (let i = 0; i < 3; i++) statuses.push((await rig.h.post(toolCall('search', {}, i))).status)
-    expect(statuses).toEqual([504, 504, 504])
-    expect(rig.held).toHaveLength(3)
-
-    const served = await live.h.post(toolCall('search'))
-    expect(served.status).toBe(200)
-    expect(remaining(served)).toEqual({ tool: 3, tenant: 2, identity: 1 })
-
-    const entries = (await rig.h.audit()).slice(0, 3)
-    for (const e of entries) {
-      expect(e).toMatchObject({ decision: 'error', status: 504 })
-      expect(e.reason).toMatch(/^WL_UPSTREAM_TIMEOUT: .*; budget refunded: no answer from the MCP server \(WL_UPSTREAM_TIMEOUT\)$/)
-    }
-  })
-
   test('a batch of two tools/call refused with 503 gets both charges back, each tool its own', async () => {
     const rig = await startRig({ budget: BUDGET })
     const batch = [toolCall('search', {}, 1), toolCall('fetch', {}, 2)]
@@ -168,6 +125,46 @@ describe('a call the MCP server never served is refunded in every tier', () => {
       [`${refusedId}/0`, 'search', 'allow', 503, 'budget refunded: the MCP server answered 503'],
       [`${refusedId}/1`, 'fetch', 'allow', 503, 'budget refunded: the MCP server answered 503'],
     ])
+  })
+
+  test('a call still waiting for a free upstream connection when upstream_timeout_seconds passes: 504, refunded (never sent)', async () => {
+    // One upstream connection, held by bob's answer: its head arrived, its body never ends, so bob's
+    // call is past its deadline's reach and alice's waits in the gateway's pool until hers passes.
+    const store = new MemoryBudgetStore({ now: manualClock().now })
+    const rig = await startRig({
+      store,
+      budget: { requests_per_window: 2, window_seconds: 60 },
+      config: { upstream_connections: 1, upstream_timeout_seconds: 0.5 },
+    })
+    const live = await startRig({ store, budget: { requests_per_window: 2, window_seconds: 60 } })
+    rig.mode = 'stall'
+    const bob = fetch(`${rig.h.url}/mcp`, {
+      method: 'POST',
+      headers: { ...as('bob', 'acme'), ...MCP_HEADERS },
+      body: JSON.stringify(toolCall('search')),
+    })
+    await waitFor(() => rig.held.length === 1, { what: "the upstream to hold bob's call" })
+    rig.held[0].res.writeHead(200, { 'content-type': 'text/event-stream' })
+    rig.held[0].res.flushHeaders()
+    const bobAnswer = await bob
+    expect(bobAnswer.status).toBe(200)
+
+    const statuses: number[] = []
+    for (let i = 0; i < 3; i++) statuses.push((await rig.h.post(toolCall('search', {}, i))).status)
+    expect(statuses).toEqual([504, 504, 504]) // the third would be 429 had the first two been kept
+    expect(rig.upstream.seen).toHaveLength(1) // bob's only: alice's calls never reached the upstream
+
+    const served = await live.h.post(toolCall('search'))
+    expect(served.status).toBe(200)
+    expect(remaining(served)).toEqual({ identity: 1 }) // only this call counts
+    const entries = (await rig.h.audit()).filter((e) => e.identity === 'alice')
+    expect(entries).toHaveLength(3)
+    for (const e of entries) {
+      expect(e).toMatchObject({ decision: 'error', status: 504 })
+      expect(e.reason).toMatch(/^WL_UPSTREAM_TIMEOUT: .*; budget refunded: the call never reached the MCP server \(WL_UPSTREAM_TIMEOUT\)$/)
+    }
+    rig.held[0].res.end()
+    await bobAnswer.text()
   })
 
   test('a client that leaves while its call waits for a free upstream connection is refunded: the call is never sent', async () => {
@@ -223,6 +220,43 @@ describe('a call the MCP server may have served is not refunded', () => {
     ])
   })
 
+  test('an upstream that resets the connection after receiving the call: 502, charged (it may have run it)', async () => {
+    const rig = await startRig({ budget: BUDGET })
+    rig.mode = 'reset'
+    const statuses: number[] = []
+    for (let i = 0; i < 3; i++) statuses.push((await rig.h.post(toolCall('search', {}, i))).status)
+    expect(statuses).toEqual([502, 502, 429]) // the identity's two were used by the first two
+    expect(rig.upstream.seen).toHaveLength(2) // each of them reached the upstream, which dropped it
+
+    const entries = (await rig.h.audit()).slice(0, 2)
+    for (const e of entries) {
+      expect(e).toMatchObject({ decision: 'error', status: 502 })
+      expect(e.reason).toMatch(/^WL_UPSTREAM_FAILED: [^;]*$/) // no refund
+    }
+    expect(await metricSample(rig.h.url, 'wardline_budget_refunds_total{reason="unserved"}')).toBe(0)
+  })
+
+  test('an upstream that sends no headers within upstream_timeout_seconds after receiving the call: 504, charged', async () => {
+    // The counts are read through a second gateway on the same store, with the default timeout: a
+    // loaded machine could take longer than 0.3 s to serve even an answering upstream.
+    const store = new MemoryBudgetStore({ now: manualClock().now })
+    const rig = await startRig({ budget: BUDGET, store, config: { upstream_timeout_seconds: 0.3 } })
+    const live = await startRig({ budget: BUDGET, store })
+    rig.mode = 'stall'
+    const statuses: number[] = []
+    for (let i = 0; i < 3; i++) statuses.push((await rig.h.post(toolCall('search', {}, i))).status)
+    expect(statuses).toEqual([504, 504, 429]) // without the charge (before issue 24) the third was a third 504
+    expect(rig.held).toHaveLength(2) // the upstream received both: it may be running them
+
+    const over = await live.h.post(toolCall('search'))
+    expect([over.status, errorCode(over)]).toEqual([429, 429])
+
+    const entries = (await rig.h.audit()).slice(0, 2)
+    for (const e of entries)
+      expect(e).toMatchObject({ decision: 'error', status: 504, reason: 'WL_UPSTREAM_TIMEOUT: upstream sent no response headers in time' })
+    expect(await metricSample(rig.h.url, 'wardline_budget_refunds_total{reason="unserved"}')).toBe(0)
+  })
+
   test('a client that leaves after the call reached the upstream keeps its charge (the server may be running it)', async () => {
     const rig = await startRig({ budget: BUDGET })
     rig.mode = 'stall'
@@ -264,11 +298,11 @@ test('wardline_budget_refunds_total{reason="unserved"} counts each refund and no
     statuses.push((await rig.h.post(toolCall('search'))).status)
   }
   expect(statuses).toEqual([503, 429, 502, 200, 500, 400, 503])
-  expect(await metricSample(rig.h.url, series)).toBe(4)
+  expect(await metricSample(rig.h.url, series)).toBe(3)
   expect(await metricSample(rig.h.url, 'wardline_budget_refund_failures_total')).toBe(0)
   rig.mode = 200
-  const served = await rig.h.post(toolCall('search')) // 200, 500 and 400 kept, then this one: 100 - 4
-  expect(remaining(served)).toEqual({ identity: 96 })
+  const served = await rig.h.post(toolCall('search')) // the reset, 200, 500 and 400 kept, then this one: 100 - 5
+  expect(remaining(served)).toEqual({ identity: 95 })
 })
 
 test('a refund after the window ended takes nothing from the new window', async () => {

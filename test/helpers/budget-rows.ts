@@ -1,4 +1,5 @@
 import type { Pool } from 'pg'
+import type { LocalCount, LocalHandOver } from '../../src/budget/store'
 
 /** Helpers for tests that look at, or hold, budget_buckets rows of the Postgres budget store. */
 
@@ -31,5 +32,55 @@ export async function holdRow(pool: Pool, key: string): Promise<() => Promise<vo
     released = true
     await holder.query('COMMIT')
     holder.release()
+  }
+}
+
+/**
+ * A LocalHandOver for store tests, standing in for the local limiter: units added wait until a
+ * statement takes them (all of them, whatever its keys), go back when it fails, and are tallied per
+ * bucket once it committed.
+ */
+export class HandOverLedger implements LocalHandOver {
+  localAdmissions = 0
+  /** Units landed per bucket. */
+  readonly landedUnits = new Map<string, number>()
+  /** Statements that took units. */
+  takes = 0
+  private waiting = new Map<string, LocalCount>()
+  private inFlight: Map<string, LocalCount> | null = null
+
+  get holdsCounts(): boolean {
+    return this.waiting.size > 0 || this.inFlight !== null
+  }
+
+  add(counts: readonly LocalCount[]): void {
+    for (const c of counts) {
+      const seen = this.waiting.get(c.key)
+      this.waiting.set(c.key, { key: c.key, count: (seen?.count ?? 0) + c.count, windowSeconds: c.windowSeconds })
+    }
+  }
+
+  take(): LocalCount[] | null {
+    if (this.inFlight !== null || this.waiting.size === 0) return null
+    this.takes++
+    this.inFlight = this.waiting
+    this.waiting = new Map()
+    return [...this.inFlight.values()]
+  }
+
+  landed(): number {
+    let units = 0
+    for (const c of this.inFlight?.values() ?? []) {
+      units += c.count
+      this.landedUnits.set(c.key, (this.landedUnits.get(c.key) ?? 0) + c.count)
+    }
+    this.inFlight = null
+    return units
+  }
+
+  failed(): void {
+    const taken = this.inFlight
+    this.inFlight = null
+    if (taken !== null) this.add([...taken.values()])
   }
 }

@@ -1,14 +1,21 @@
 import type { Pool } from 'pg'
 import { identityKey, tenantKey, toolKey } from '../../src/budget/keys'
 import { PostgresBudgetStore } from '../../src/budget/postgres-store'
-import type { AdmitResult, BucketCharge } from '../../src/budget/store'
+import type { AdmitResult, BucketCharge, LocalCount } from '../../src/budget/store'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
-import { countOf, holdRow, lockWaits } from '../helpers/budget-rows'
+import { HandOverLedger, countOf, holdRow, lockWaits } from '../helpers/budget-rows'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
+
+/** A hand-over of these units, carried by the next statement of the store it is given to. */
+function carrying(counts: readonly LocalCount[]): HandOverLedger {
+  const ledger = new HandOverLedger()
+  ledger.add(counts)
+  return ledger
+}
 
 /**
  * Red team of coalesced admission (issue 14 item 1): can a caller, or a bad moment, make the store
@@ -173,22 +180,26 @@ describe('verdicts reach the check they belong to', () => {
 })
 
 describe('one check cannot fail the others in its statement', () => {
-  test('a bucket whose count is at INT_MAX (absorb clamps there) refuses a check instead of failing it open with an integer overflow', async () => {
-    // ABSORB_SQL adds local outage counts "whatever the limit" and clamps at INT_MAX; a limit of 1e9
+  test('a bucket whose count is at INT_MAX (a hand-over clamps there) refuses a check instead of failing it open with an integer overflow', async () => {
+    // A hand-over adds local outage counts "whatever the limit" and clamps at INT_MAX; a limit of 1e9
     // (the config maximum) plus two outages in one day window gets there. The batch function then
     // computes count + cost in integer and raises "integer out of range".
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
     const tool = bucket(toolKey('metered'), 1_000_000_000)
-    await store.absorb([{ key: tool.key, count: INT_MAX, windowSeconds: 60 }])
+    const r = await settle(store.admit([tool], 5000, carrying([{ key: tool.key, count: INT_MAX, windowSeconds: 60 }])))
     expect(await countOf(pool, tool.key)).toBe(INT_MAX)
-    const r = await settle(store.admit([tool]))
     expect(r).toMatchObject({ admitted: false, refusedBy: 0 })
+    expect(await settle(store.admit([tool]))).toMatchObject({ admitted: false, refusedBy: 0 })
   })
 
   test('an over-limit bucket with a large cost (1.2e9 absorbed, cost 1e9) does not fail the unrelated checks batched with it', async () => {
     const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000, maxStatements: 1 })
     const tool = bucket(toolKey('metered'), 1_000_000_000, { cost: 1_000_000_000 })
-    await store.absorb([{ key: tool.key, count: 1_200_000_000, windowSeconds: 60 }])
+    await store.admit(
+      [bucket(identityKey('acme', 'setup'), 10)],
+      5000,
+      carrying([{ key: tool.key, count: 1_200_000_000, windowSeconds: 60 }]),
+    )
     const opener = store.admit([bucket(identityKey('acme', 'opener'), 10)]) // in flight alone
     const whale = settle(store.admit([tool]))
     const bystanders = ['alice', 'bob', 'carol'].map((who) => settle(store.admit([bucket(identityKey('other', who), 10)])))
@@ -339,11 +350,13 @@ describe('ghost charges and lost verdicts', () => {
   })
 })
 
-describe('replicas, refunds and absorbs together', () => {
-  test('two replicas batching, refunding and absorbing on the same buckets never deadlock and stay exact', async () => {
+describe('replicas, refunds and hand-overs together', () => {
+  test('two replicas batching, refunding and handing over local units on the same buckets never deadlock and stay exact', async () => {
     const other = testPool(db.url, 6)
     try {
       const stores = [new PostgresBudgetStore(pool, { checkTimeoutMs: 10_000 }), new PostgresBudgetStore(other, { checkTimeoutMs: 10_000 })]
+      // What each replica admitted locally: carried by whichever of its statements goes next.
+      const ledgers = [new HandOverLedger(), new HandOverLedger()]
       // Tier order is not key order, and new keys (placeholder rows) appear throughout.
       const shared = [bucket(toolKey('search'), 1_000_000), bucket(tenantKey('acme'), 1_000_000)]
       const expected = new Map<string, number>()
@@ -355,17 +368,16 @@ describe('replicas, refunds and absorbs together', () => {
       await Promise.all(
         Array.from({ length: 16 }, async (_, w) => {
           const store = stores[w % 2]
+          const ledger = ledgers[w % 2]
           for (let i = 0; performance.now() < stopAt; i++) {
             const me = bucket(identityKey('acme', `u${(w * 31 + i) % 40}`), 1_000_000)
             const charges = w % 4 === 1 ? [me, ...shared].reverse() : [...shared, me]
             try {
-              if (w % 4 === 3) {
-                // An absorb of local counts, as a replica coming back from an outage sends.
-                await store.absorb(charges.map((c) => ({ key: c.key, count: 2, windowSeconds: 60 })))
-                for (const c of charges) add(c.key, 2)
-                continue
-              }
-              const r = await store.admit(charges)
+              // Local units, as a replica coming back from an outage hands over, on these buckets and on
+              // a bucket no check names (locked in key order with the statement's own).
+              if (w % 4 === 3 || w % 4 === 0)
+                ledger.add([...charges, bucket(`zz-handed-${i % 7}`, 1)].map((c) => ({ key: c.key, count: 2, windowSeconds: 60 })))
+              const r = await store.admit(charges, 10_000, ledger)
               if (!r.admitted) continue
               for (const c of charges) add(c.key, 1)
               if (w % 4 === 2) {
@@ -379,6 +391,9 @@ describe('replicas, refunds and absorbs together', () => {
         }),
       )
       expect(errors).toEqual([])
+      for (const ledger of ledgers) for (const [key, n] of ledger.landedUnits) add(key, n)
+      expect(ledgers.every((l) => l.take() === null)).toBe(true) // every unit landed
+      expect(ledgers.every((l) => l.landedUnits.size > 0)).toBe(true)
       const rows = (await pool.query<{ key: string; count: number }>('SELECT key, count FROM budget_buckets')).rows
       expect(Object.fromEntries(rows.filter((r) => r.count !== 0).map((r) => [r.key, r.count]))).toEqual(
         Object.fromEntries([...expected].filter(([, n]) => n !== 0)),

@@ -7,7 +7,7 @@ import { ReplicaHeartbeat } from '../../src/postgres/heartbeat'
 import { migrate } from '../../src/postgres/migrate'
 import { bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
-import { countOf, holdRow, lockWaits } from '../helpers/budget-rows'
+import { HandOverLedger, countOf, holdRow, lockWaits } from '../helpers/budget-rows'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 
@@ -211,27 +211,51 @@ test('a statement stuck on a row lock someone holds does not hold the checks beh
   }
 })
 
-test('absorb adds local counts to an open window, opens one where none is, and refuses nothing', async () => {
+test('a check carrying local units adds them before it is judged, to an open window or one they open, whatever the limit', async () => {
   const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
   const open = bucket(identityKey('acme', 'alice'), 3)
   await store.admit([open])
   await pool.query("INSERT INTO budget_buckets (key, count, ends_at) VALUES ('expired', 7, now() - interval '1 second')")
-  await store.absorb([
+  const ledger = new HandOverLedger()
+  ledger.add([
     { key: open.key, count: 4, windowSeconds: 60 },
     { key: 'new', count: 2, windowSeconds: 30 },
     { key: 'expired', count: 1, windowSeconds: 30 },
-    { key: 'zero', count: 0, windowSeconds: 30 },
-    { key: 'new', count: 1, windowSeconds: 30 }, // the same key twice is one row: added up, not an error
+    { key: 'new', count: 1, windowSeconds: 30 }, // the same key twice is one count: added up
   ])
+  // Judged on 1 + 4 of 3: refused, though the statement committed the units.
+  const r = await store.admit([open], 5000, ledger)
+  expect(r).toMatchObject({ admitted: false, refusedBy: 0, buckets: [{ remaining: 0 }] })
+  expect(ledger.landedUnits).toEqual(
+    new Map([
+      [open.key, 4],
+      ['new', 3],
+      ['expired', 1],
+    ]),
+  )
   expect(await countOf(pool, open.key)).toBe(5) // over its limit: the calls ran, the window is full until it ends
   expect(await countOf(pool, 'new')).toBe(3)
   expect(await countOf(pool, 'expired')).toBe(1)
-  expect(await countOf(pool, 'zero')).toBeNull()
-  const r = await pool.query<{ key: string; secs: number }>(
+  const rows = await pool.query<{ key: string; secs: number }>(
     "SELECT key, extract(epoch FROM ends_at - now())::float8 AS secs FROM budget_buckets WHERE key IN ('new', 'expired')",
   )
-  for (const row of r.rows) expect(row.secs).toBeGreaterThan(25)
-  expect((await store.admit([open])).admitted).toBe(false)
+  for (const row of rows.rows) expect(row.secs).toBeGreaterThan(25)
+  // The hand-over went with the check: no statement of its own, and none taken twice.
+  expect(store.stats()).toEqual({ checks: 2, statements: 2 })
+  expect(ledger.takes).toBe(1)
+  expect((await store.admit([bucket('new', 100)])).buckets[0].remaining).toBe(96)
+})
+
+test('the units a failed statement carried go with the next one, counted once', async () => {
+  const store = new PostgresBudgetStore(pool, { checkTimeoutMs: 5000 })
+  const ledger = new HandOverLedger()
+  ledger.add([{ key: 'carried-once', count: 5, windowSeconds: 60 }])
+  // A statement the database refuses (a key no text column can hold; keys.ts never makes one).
+  await expect(store.admit([bucket('bro\0ken', 10)], 5000, ledger)).rejects.toThrow()
+  expect(ledger.landedUnits.size).toBe(0)
+  expect(await countOf(pool, 'carried-once')).toBeNull()
+  expect((await store.admit([bucket('carried-once', 10)], 5000, ledger)).buckets[0].remaining).toBe(4)
+  expect(ledger.landedUnits).toEqual(new Map([['carried-once', 5]]))
 })
 
 test('replicas count each other by heartbeat; one that stops beating stops counting, one that closes leaves at once', async () => {

@@ -254,7 +254,7 @@ describe('outcomes', () => {
     expect(r.events).toEqual(['run:calls', 'finish:calls', 'run:calls', 'outcome:calls:503:-:true', 'finish:calls'])
   })
 
-  test('an upstream that cannot be reached: the reader hears the failure (status 0), the client gets 502', async () => {
+  test('an upstream that cannot be reached: the reader hears the failure (status 0, never sent), the client gets 502', async () => {
     const dead = createServer()
     await new Promise<void>((resolve) => dead.listen(0, '127.0.0.1', resolve))
     const deadUrl = `http://127.0.0.1:${(dead.address() as AddressInfo).port}`
@@ -266,10 +266,11 @@ describe('outcomes', () => {
     )
     const reply = await send(r.url, 'POST', JSON_HEADERS, JSON.stringify(toolCall('echo', {}, 1)))
     expect(reply.status).toBe(502)
-    expect(r.events).toEqual(['run:calls', 'outcome:calls:0:WL_UPSTREAM_UNREACHABLE:true', 'finish:calls'])
+    // Never written to the upstream (no connection): sent is false.
+    expect(r.events).toEqual(['run:calls', 'outcome:calls:0:WL_UPSTREAM_UNREACHABLE:false', 'finish:calls'])
   })
 
-  test('an upstream that never answers: the reader hears the timeout once, not a second failure from the abort', async () => {
+  test('an upstream that never answers: the reader hears the timeout once (sent), not a second failure from the abort', async () => {
     r = await rig(
       () => undefined, // holds the request until the gateway gives up
       (events) => [recorder('calls', events, { methods: ['tools/call'], reads: 'outcome' })],

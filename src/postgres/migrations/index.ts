@@ -4,6 +4,7 @@ import { chargedBuckets } from './003-charged-buckets'
 import { coalescedAdmission } from './004-coalesced-admission'
 import { auditQueries } from './005-audit-queries'
 import { revocations } from './006-revocations'
+import { handOverInAdmission } from './007-handover-in-admission'
 
 /** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
 export interface Migration {
@@ -13,4 +14,12 @@ export interface Migration {
 }
 
 /** Every migration, oldest first. A new one gets the next version and its own file. */
-export const MIGRATIONS: readonly Migration[] = [initial, windowClock, chargedBuckets, coalescedAdmission, auditQueries, revocations]
+export const MIGRATIONS: readonly Migration[] = [
+  initial,
+  windowClock,
+  chargedBuckets,
+  coalescedAdmission,
+  auditQueries,
+  revocations,
+  handOverInAdmission,
+]
