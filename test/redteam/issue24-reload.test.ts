@@ -69,3 +69,20 @@ test('a file cut inside the last number of the budget is not applied: the window
   statuses.push(await call(h, 'echo'))
   expect(statuses).toEqual([200, 200, 200, 429])
 }, 30_000)
+
+test('a policy_file cut before rules: is not applied: the guard does not look into the policy file', async () => {
+  const dir = tempDir()
+  const policyFile = join(dir, 'policy.yaml')
+  const policyText = yaml.dump(POLICY)
+  writeFileSync(policyFile, policyText)
+  h = await startHarness({ mode: 'stateless-json', config: { policy_file: policyFile } })
+  const file = join(dir, 'wardline.yaml')
+  writeFileSync(file, yaml.dump(h.tree))
+  expect(reload(file, h.gateway, silentLogger())).toBe(true)
+  expect(await call(h, 'echo')).toBe(403)
+  // The policy file while `cat new > policy.yaml` is still writing: its first line only.
+  writeFileSync(policyFile, policyText.slice(0, policyText.indexOf('rules:')))
+  expect(loadConfig(file).policy?.rules).toEqual([])
+  reload(file, h.gateway, silentLogger())
+  expect(await call(h, 'echo')).toBe(403)
+})
