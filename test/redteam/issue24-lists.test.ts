@@ -97,8 +97,9 @@ async function pythonLikeServer(sessionOf: (req: IncomingMessage, name: string) 
 let h: Harness | undefined
 let upstream: Awaited<ReturnType<typeof pythonLikeServer>> | undefined
 afterEach(async () => {
-  await h?.close()
+  // The upstream first: a list whose answer went elsewhere would hold the gateway's shutdown grace.
   await upstream?.close()
+  await h?.close()
   h = undefined
   upstream = undefined
 })
@@ -156,6 +157,76 @@ test('a call naming its session in Mcp_Session_Id (underscore) cannot receive th
     url,
     'POST',
     { ...headers, 'mcp-protocol-version': '2025-06-18', mcp_session_id: sid },
+    JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'add', arguments: {} } }),
+  )
+  await Promise.race([call, waitFor(() => upstream!.calls.length === 1, { what: 'the tools/call at the server' }).catch(() => undefined)])
+  upstream.openList()
+  const answer = await call
+  if (answer.status === 200) for (const names of toolNames(answer.body)) expect(names).toEqual(['add'])
+  else expect(answer.status).toBeGreaterThanOrEqual(400)
+}, 30_000)
+
+/**
+ * A stateless server that files every POST's stream under its id in one map for all callers: what
+ * the official TypeScript SDK did before 1.26 when one stateless transport served every request
+ * (GHSA-345p-7cg4-v4c7), and what any server keyed by id alone does. No Mcp-Session-Id anywhere.
+ */
+async function sharedStatelessServer(): Promise<{
+  url: string
+  listCalled: Promise<void>
+  openList(): void
+  calls: unknown[]
+  close(): Promise<void>
+}> {
+  let openList!: () => void
+  const listGate = new Promise<void>((resolve) => (openList = resolve))
+  let listCalled!: () => void
+  const listSeen = new Promise<void>((resolve) => (listCalled = resolve))
+  const calls: unknown[] = []
+  const streams = new Map<unknown, ServerResponse>()
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => chunks.push(c))
+    req.on('end', () => {
+      const message = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Json
+      if (message.id === undefined) return void res.writeHead(202).end()
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.flushHeaders()
+      streams.set(message.id, res)
+      if (message.method === 'tools/list') {
+        listCalled()
+        void listGate.then(() => {
+          const answer = { jsonrpc: '2.0', id: message.id, result: { tools: TOOLS } }
+          streams.get(message.id)?.end(`event: message\ndata: ${JSON.stringify(answer)}\n\n`)
+        })
+      } else if (message.method === 'tools/call') calls.push(message.id)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    listCalled: listSeen,
+    openList,
+    calls,
+    close: async () => {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+  }
+}
+
+test('without sessions, a call reusing the id of a list in flight cannot receive the unfiltered list', async () => {
+  upstream = await sharedStatelessServer()
+  h = await startHarness({ upstreamUrl: upstream.url, config: { policy: POLICY } })
+  const url = `${h.url}/mcp`
+  const headers = { ...as('bob'), ...MCP_HEADERS, 'mcp-protocol-version': '2025-06-18' }
+  const list = send(url, 'POST', headers, JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/list' }))
+  list.catch(() => undefined)
+  await upstream.listCalled
+  const call = send(
+    url,
+    'POST',
+    headers,
     JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'add', arguments: {} } }),
   )
   await Promise.race([call, waitFor(() => upstream!.calls.length === 1, { what: 'the tools/call at the server' }).catch(() => undefined)])
