@@ -1,0 +1,61 @@
+/**
+ * Red team of issue 24, items 5 and 14 (the concurrency cap). On the legacy HTTP+SSE transport
+ * (MCP 2024-11-05) the upstream answers a POST /messages?sessionId=… with 202 at once and runs the
+ * call afterwards, sending its answer on the /sse stream. The cap counts the POST only until that
+ * 202: an identity with a cap of 2 runs any number of tool calls at once upstream, each POST
+ * "in flight" for a millisecond. The cap's promise, "at most max_concurrent_per_identity requests in
+ * flight", holds on Streamable HTTP only.
+ */
+import type { IncomingMessage } from 'node:http'
+import { type Harness, as, startHarness, toolCall } from '../helpers/harness'
+import { open, send } from '../helpers/http-client'
+import { waitFor } from '../helpers/wait'
+
+let h: Harness | undefined
+afterEach(async () => {
+  await h?.close()
+  h = undefined
+})
+
+/** Collects an SSE stream's text as it arrives. */
+function collect(res: IncomingMessage): { text: () => string } {
+  let text = ''
+  res.on('data', (c: Buffer) => (text += c.toString('utf8')))
+  res.on('error', () => undefined)
+  return { text: () => text }
+}
+
+test('legacy transport: tool calls running upstream count against the cap until their answer arrives on /sse', async () => {
+  h = await startHarness({ config: { max_concurrent_per_identity: 2 } })
+  const abort = new AbortController()
+  const sse = await open(`${h.url}/sse`, { headers: { ...as('alice'), accept: 'text/event-stream' }, signal: abort.signal })
+  expect(sse.statusCode).toBe(200)
+  const stream = collect(sse)
+  await waitFor(() => /sessionId=/.test(stream.text()), { what: 'the endpoint event' })
+  const endpoint = /data: (\/messages\?sessionId=[^\r\n]+)/.exec(stream.text())![1]
+  const post = (body: unknown): Promise<number> =>
+    send(`${h!.url}${endpoint}`, 'POST', { ...as('alice'), 'content-type': 'application/json' }, JSON.stringify(body)).then((r) => r.status)
+  await post({
+    jsonrpc: '2.0',
+    id: 0,
+    method: 'initialize',
+    params: { protocolVersion: '2024-11-05', capabilities: {}, clientInfo: { name: 'red', version: '1' } },
+  })
+  await waitFor(() => stream.text().includes('"id":0'), { what: 'the initialize answer' })
+  await post({ jsonrpc: '2.0', method: 'notifications/initialized' })
+  // Six slow calls, one after the other: each takes 4 s upstream.
+  const statuses: number[] = []
+  for (let i = 1; i <= 6; i++) statuses.push(await post(toolCall('count_slowly', { n: 1, delay_ms: 4000 }, i)))
+  const accepted = statuses.filter((s) => s === 202).length
+  // Every accepted call ran: its answer arrives on the stream.
+  await waitFor(() => (stream.text().match(/counted to 1/g) ?? []).length === accepted, {
+    what: 'the answers of the accepted calls',
+    timeoutMs: 20_000,
+  })
+  try {
+    // The /sse stream holds one of alice's 2 slots: at most one call may run beside it.
+    expect({ statuses, accepted: accepted <= 2 }).toEqual({ statuses, accepted: true })
+  } finally {
+    abort.abort()
+  }
+}, 30_000)
