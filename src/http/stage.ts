@@ -47,7 +47,7 @@ const MAX_REASON_VALUE = 200
  *   (Fetch standard, CORS-preflight request), so it could not pass authentication, and it asks the
  *   gateway's CORS policy, not the upstream's.
  *
- * Without Origin (every non-browser client) and without allowed_hosts, this costs one header lookup.
+ * Without Origin (every non-browser client) and without allowed_hosts, this costs two header lookups.
  */
 export function httpStage(config: HttpConfig): Stage {
   const origins = new Set(config.allowedOrigins)
@@ -73,6 +73,13 @@ export function httpStage(config: HttpConfig): Stage {
       if (hosts !== null) {
         const refusal = hosts.check(ex)
         if (refusal !== null) return refusal
+      }
+      // Node joins a repeated Mcp-Session-Id into `S, S`, which the session-keyed stages (the list
+      // filter's 409 and answer reading) take for another session, while the upstream gets the raw
+      // lines and a first-value reader (Starlette, Go's Header.Get) runs the request in session S.
+      const session = ex.req.headers['mcp-session-id']
+      if (session !== undefined && session.includes(',') && rawHeaderCount(ex.req.rawHeaders, 'mcp-session-id') > 1) {
+        return TWO_SESSIONS
       }
       if (origin !== undefined && ex.req.method === 'OPTIONS' && ex.req.headers['access-control-request-method'] !== undefined) {
         return preflight(ex.req.headers['access-control-request-headers'])
@@ -121,6 +128,14 @@ const TWO_HOSTS: Refusal = {
   decision: 'error',
   reason: 'more than one host header',
   message: 'Bad request: more than one Host header',
+}
+
+/** MCP Streamable HTTP: one session per request; two Mcp-Session-Id lines are read differently by different servers. */
+const TWO_SESSIONS: Refusal = {
+  status: 400,
+  decision: 'error',
+  reason: 'more than one mcp-session-id header',
+  message: 'Bad request: more than one Mcp-Session-Id header',
 }
 
 interface HostMatcher {

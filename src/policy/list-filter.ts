@@ -56,7 +56,10 @@ export interface ListFilterState {
   current: CompiledPolicy | null
   /** `<session>\n<id key>` of every list (or ref/resource completion) call in flight in a session, with how many (see `run`). */
   readonly pending: Map<string, number>
-  /** How many of those calls are in flight per session: every answer in such a session is read (see `alsoReads`). */
+  /**
+   * How many of those calls are in flight per session (NO_SESSION for requests without one): every
+   * answer in such a session is read (see `alsoReads`).
+   */
   readonly sessions: Map<string, number>
   /**
    * The legacy transport answers a POST /messages?sessionId=… on the session's /sse stream, where the
@@ -115,7 +118,7 @@ export function listFilterStage(state: ListFilterState): Stage {
       alsoReads(ex: Exchange): boolean {
         if (state.sessions.size === 0) return false
         const session = ex.req.headers['mcp-session-id']
-        return typeof session === 'string' && state.sessions.has(session)
+        return state.sessions.has(typeof session === 'string' ? session : NO_SESSION)
       },
     },
     /**
@@ -130,6 +133,15 @@ export function listFilterStage(state: ListFilterState): Stage {
       const calls = ex.calls
       if (typeof session !== 'string') {
         if (state.legacy.size > 0 && calls.some((c) => c.method === 'completion/complete')) rememberLegacy(state, ex)
+        // No session, so no 409: stateless clients of different callers reuse small ids all the time.
+        // But a server that files answer streams by id alone (one stateless transport for every
+        // request, as the TypeScript SDK allowed before 1.26) may deliver this list to another
+        // sessionless request: while it runs, every sessionless answer is read (alsoReads).
+        for (let i = 0; i < calls.length; i++) {
+          if (!filtered(calls[i])) continue
+          state.sessions.set(NO_SESSION, (state.sessions.get(NO_SESSION) ?? 0) + 1)
+          registered.add(ex)
+        }
         return CONTINUE
       }
       if (calls.length === 0) return CONTINUE
@@ -153,10 +165,11 @@ export function listFilterStage(state: ListFilterState): Stage {
       const legacySession = state.legacyStreams.get(ex)
       if (legacySession !== undefined) state.legacy.delete(legacySession)
       if (!registered.delete(ex)) return
-      const session = ex.req.headers['mcp-session-id'] as string
+      const header = ex.req.headers['mcp-session-id']
+      const session = typeof header === 'string' ? header : NO_SESSION
       for (const call of ex.calls) {
         if (!filtered(call)) continue
-        release(state.pending, sessionIdKey(session, call.id))
+        if (session !== NO_SESSION) release(state.pending, sessionIdKey(session, call.id))
         release(state.sessions, session)
       }
     },
@@ -391,6 +404,9 @@ function noteStreamTotals(ex: Exchange): void {
     ex.reason = ex.reason ? `${ex.reason}; ${text}` : text
   }
 }
+
+/** The `sessions` key of requests without Mcp-Session-Id: no header value holds a line feed. */
+const NO_SESSION = '\n'
 
 function sessionIdKey(session: string, id: JsonRpcId | undefined): string {
   return `${session}\n${idKey(id ?? null)}`

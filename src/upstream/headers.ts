@@ -39,6 +39,13 @@ const DROPPED_REQUEST = new Set([
   'forwarded',
 ])
 
+/**
+ * Request headers the gateway reads before it forwards (the session the list filter keys its 409 and
+ * answer reading by; the MCP headers it compares with the body): forwarded as sent, but never in an
+ * underscore spelling the gateway did not read.
+ */
+const READ_REQUEST = new Set(['mcp-session-id', 'mcp-protocol-version', 'mcp-method', 'mcp-name'])
+
 /** Response headers the gateway answers for itself or that describe the upstream connection. */
 const DROPPED_RESPONSE = new Set([...HOP_BY_HOP, 'x-wardline-request-id'])
 
@@ -64,7 +71,12 @@ export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingH
     if (DROPPED_REQUEST.has(name) || (named !== null && named.has(name))) continue
     // CGI-style upstreams read X_Wardline_Identity as X-Wardline-Identity: an underscore copy of a
     // dropped header would smuggle a forged identity past the gateway (nginx refuses such headers too).
-    if (name.includes('_') && DROPPED_REQUEST.has(name.replace(/_/g, '-'))) continue
+    // The same goes for the headers the gateway reads to decide: an `Mcp_Session_Id` would put the
+    // call in a session for such an upstream that the list filter, keyed by Mcp-Session-Id, never saw.
+    if (name.includes('_')) {
+      const dashed = name.replace(/_/g, '-')
+      if (DROPPED_REQUEST.has(dashed) || READ_REQUEST.has(dashed)) continue
+    }
     out.push(raw[i], raw[i + 1])
   }
   return out
