@@ -31,7 +31,8 @@ export function escapeControls(text: string, named = true): string {
   return text.replace(UNSAFE, (c) => (named ? NAMED[c] : undefined) ?? codeEscape(c.codePointAt(0) as number))
 }
 
-function codeEscape(code: number): string {
+/** `\xNN`, `\uNNNN` or `\u{…}` for one code point: what escapeControls writes. */
+export function codeEscape(code: number): string {
   if (code < 0x100) return `\\x${code.toString(16).padStart(2, '0')}`
   return code < 0x10000 ? `\\u${code.toString(16).padStart(4, '0')}` : `\\u{${code.toString(16)}}`
 }

@@ -1,4 +1,4 @@
-import { escapeControls } from './escape'
+import { codeEscape, escapeControls } from './escape'
 
 /**
  * The one way a CLI shows a value on a terminal (`wardline audit`'s table, `wardline revoke --list`,
@@ -8,9 +8,21 @@ import { escapeControls } from './escape'
  * `\xNN`, `\uNNNN` or `\u{…}`, so `alice` followed by a tag character or U+034F never reads as `alice`
  * and an identity holding ESC [2J cannot clear the screen. Values come from callers' tokens and tool
  * names, and from rows anyone with SQL access wrote, so every cell goes through this, never around it.
+ *
+ * In a table, blank-looking characters are escaped too: every space separator but the plain space
+ * (`\p{Zs}`: U+00A0, U+2003, U+3000…) and U+2800 (braille pattern blank, which is no space to Unicode
+ * and passes the identity check), since a cell padded with spaces shows `alice\u2800` as `alice`. Not
+ * in escapeControls: log lines and a model's text keep them, where no column padding hides them.
  */
 export function terminalSafe(text: string): string {
-  return escapeControls(text, false)
+  return escapeControls(text, false).replace(BLANK, blankEscape)
+}
+
+/** Space separators and U+2800; the plain space is matched too (a class cannot leave it out) and kept. */
+const BLANK = /[\p{Zs}\u2800]/gu
+
+function blankEscape(c: string): string {
+  return c === ' ' ? c : codeEscape(c.codePointAt(0) as number)
 }
 
 /** A value cut to `width` characters, `…` marking the cut. */
