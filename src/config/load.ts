@@ -6,7 +6,7 @@ import { readAuth, checkUrl } from './auth'
 import { readBudget } from './budget'
 import { expandEnv } from './env'
 import { readPolicy } from './policy'
-import { setConfigOrigin } from './origin'
+import { isUnterminated, setConfigOrigin } from './origin'
 import { readPostgres } from './postgres'
 import { Reader, deepFreeze, parseYaml, readText } from './reader'
 import type {
@@ -77,7 +77,12 @@ export function parseConfig(text: string, options: LoadOptions = {}): Config {
   const config = readConfig(r, expanded, options.baseDir ?? process.cwd())
   if (r.problems.length > 0) throw new ConfigError(r.problems)
   // The expanded tree travels beside the Config (never in it): a reload diffs it in YAML keys.
-  return setConfigOrigin(deepFreeze(config), { file: options.file ?? null, tree: deepFreeze(expanded), variables: r.variables })
+  return setConfigOrigin(deepFreeze(config), {
+    file: options.file ?? null,
+    tree: deepFreeze(expanded),
+    variables: r.variables,
+    unterminated: isUnterminated(text),
+  })
 }
 
 /** What loadConfigBlocks can read alone, by top-level key: each with the same reader the whole file uses. */

@@ -10,6 +10,16 @@ export interface ConfigOrigin {
   readonly tree: unknown
   /** Key path (`listen`, `postgres.dsn`) → the variables its value was read from, in order. */
   readonly variables: ReadonlyMap<string, readonly string[]>
+  /**
+   * The text does not end with a line break: what a file read while it is still being written looks
+   * like (a writer flushes blocks, not lines). A reload refuses it (config/reload-guard.ts).
+   */
+  readonly unterminated: boolean
+}
+
+/** Text that is not empty and does not end with a line break (`\n`, so `\r\n` too). */
+export function isUnterminated(text: string): boolean {
+  return text.length > 0 && !text.endsWith('\n')
 }
 
 const ORIGINS = new WeakMap<object, ConfigOrigin>()

@@ -1,5 +1,6 @@
 import { GATED_METHODS } from '../mcp/methods'
 import type { Effect, PolicyConfig, PolicyRule } from './types'
+import { isUnterminated } from './origin'
 import { Reader, join, parseYaml, readText } from './reader'
 
 const POLICY_KEYS = ['default', 'rules', 'filter_lists']
@@ -45,6 +46,24 @@ export function readPolicy(r: Reader, inline: unknown, file: unknown, resolvePat
   return readPolicyFile(r, resolvePath(name))
 }
 
+/**
+ * How a policy read as text, beside it (never in it: the PolicyConfig stays the plain shape stages
+ * read), for the reload guard (config/reload-guard.ts): whether `rules:` was written out (a file cut
+ * before its rules reads as a policy without any), and whether the policy file ends without a line
+ * break (a file still being written). Frozen policies are keys, as in config/origin.ts.
+ */
+export interface PolicyText {
+  readonly rulesWritten: boolean
+  readonly unterminated: boolean
+}
+
+const POLICY_TEXT = new WeakMap<object, PolicyText>()
+
+/** How `policy` read as text; null for a policy built by hand. */
+export function policyText(policy: PolicyConfig): PolicyText | null {
+  return POLICY_TEXT.get(policy) ?? null
+}
+
 /** A policy file holds the same mapping as the inline block. Taken literally: no ${VAR} expansion. */
 export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
   const file = readText(path)
@@ -67,6 +86,8 @@ export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
   const inner = new Reader()
   const policy = readPolicyTree(inner, tree, '', path)
   for (const problem of inner.problems) r.note(path, problem)
+  const read = POLICY_TEXT.get(policy)
+  if (read !== undefined) POLICY_TEXT.set(policy, { ...read, unterminated: isUnterminated(file.text) })
   return policy
 }
 
@@ -79,7 +100,9 @@ function readPolicyTree(r: Reader, tree: object, base: string, source: string): 
   const rules = r.list(o.rules, rulesPath).map((node, i) => readRule(r, node, join(rulesPath, i)))
   // Lists show a caller only what it may use unless the operator turns it off (docs/policy.md).
   const filterLists = r.bool(o.filter_lists, join(base, 'filter_lists'), true)
-  return { default: defaultEffect, rules, source, filterLists }
+  const policy = { default: defaultEffect, rules, source, filterLists }
+  POLICY_TEXT.set(policy, { rulesWritten: o.rules !== undefined && o.rules !== null, unterminated: false })
+  return policy
 }
 
 function readRule(r: Reader, node: unknown, path: string): PolicyRule {

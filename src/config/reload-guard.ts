@@ -1,4 +1,6 @@
 import { configOrigin } from './origin'
+import { policyText } from './policy'
+import type { PolicyConfig } from './types'
 
 /**
  * An enforcement key a reload may not lose without saying so. `paths` are alternatives (the policy
@@ -15,11 +17,11 @@ interface GuardedKey {
  * written (`cat new > wardline.yaml`, an editor that truncates then writes) is valid YAML cut after
  * any line: the keys after the cut are absent, and the key on the last whole line may be blank
  * (`policy:` with nothing after it reads as null). A cut can never write a value, so a key written
- * out (`policy: {default: allow}`, `budget: {}`, `budget_enforcement: false`, `allowed_hosts: []`)
+ * out (`policy: {default: allow, rules: []}`, `budget: {}`, `budget_enforcement: false`, `allowed_hosts: []`)
  * is the operator's own.
  */
 const GUARDED: readonly GuardedKey[] = [
-  { paths: [['policy'], ['policy_file']], removeWith: 'policy: {default: allow}' },
+  { paths: [['policy'], ['policy_file']], removeWith: 'policy: {default: allow, rules: []}' },
   { paths: [['budget']], removeWith: 'budget: {}' },
   { paths: [['auth']], removeWith: 'an auth block (a gateway always authenticates)' },
   { paths: [['features', 'budget_enforcement']], removeWith: 'features: {budget_enforcement: false}' },
@@ -28,22 +30,52 @@ const GUARDED: readonly GuardedKey[] = [
 ]
 
 /**
- * The problems that make a reload refuse `next`: each enforcement key the running file sets that the
- * new file lacks or leaves blank, with how to remove it on purpose. Empty when nothing was lost, or
- * when either config was not made by the loader (no tree to compare: only the policy is checked).
+ * The problems that make a reload refuse `next`, each with how to do it on purpose:
+ * - an enforcement key the running file sets that the new file lacks or leaves blank;
+ * - a policy whose rules the running one had and the new one leaves out (`rules:` cut off, inline or
+ *   in the policy file): the rules are what a policy enforces, and `default:` usually comes first;
+ * - a file (the config, or the policy file) that does not end with a line break, as one read while it
+ *   is still being written does, cut inside any line (`window_seconds: 60` read as `6`).
+ * Empty when nothing looks lost or cut. Without a tree to compare (a config not made by the loader),
+ * only a lost policy is checked.
  */
-export function enforcementLost(previous: { readonly policy: object | null }, next: { readonly policy: object | null }): string[] {
+export function enforcementLost(
+  previous: { readonly policy: PolicyConfig | null },
+  next: { readonly policy: PolicyConfig | null },
+): string[] {
+  const out = looksCut(previous.policy, next.policy)
+  const origin = configOrigin(next)
   const before = configOrigin(previous)?.tree
-  const after = configOrigin(next)?.tree
+  const after = origin?.tree
+  if (origin?.unterminated) out.push(unterminated(origin.file ?? 'the configuration text'))
   if (before === undefined || after === undefined) {
-    return previous.policy !== null && next.policy === null ? [problem('policy', GUARDED[0].removeWith)] : []
+    if (previous.policy !== null && next.policy === null) out.push(problem('policy', GUARDED[0].removeWith))
+    return out
   }
-  const out: string[] = []
   for (const key of GUARDED) {
     const had = key.paths.find((path) => isSet(at(before, path)))
     if (had !== undefined && key.paths.every((path) => isBlank(at(after, path)))) out.push(problem(had.join('.'), key.removeWith))
   }
   return out
+}
+
+/** The policy's own text: its rules left out where the running policy has some, or its file unterminated. */
+function looksCut(previous: PolicyConfig | null, next: PolicyConfig | null): string[] {
+  const text = next === null ? null : policyText(next)
+  if (next === null || text === null) return []
+  const out: string[] = []
+  if (text.unterminated) out.push(unterminated(next.source))
+  if (previous !== null && previous.rules.length > 0 && next.rules.length === 0 && !text.rulesWritten) {
+    out.push(problem(next.source === 'inline' ? 'policy.rules' : `${next.source}: rules`, 'rules: []'))
+  }
+  return out
+}
+
+function unterminated(file: string): string {
+  return (
+    `${file}: does not end with a line break, as a file read while it is still being written does (write it with ` +
+    `write + rename). End it with a newline to apply it; or restart to apply the file as it is`
+  )
 }
 
 function problem(key: string, removeWith: string): string {

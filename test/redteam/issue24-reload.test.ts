@@ -1,10 +1,10 @@
 /**
- * Red team of issue 24, item 12 (reload of a half-written file). The guard refuses a file that lost a
- * whole enforcement block, but a cut *inside* a block is read as an edit: the file as yaml.dump (and
- * the docs' examples) write it puts `default:` before `rules:`, so a reader that sees the file while
- * `cat new > wardline.yaml` is still writing gets a policy whose rules are gone and whose default
- * allows everything, and applies it. A cut inside the last line of the budget turns a window of
- * 60 s into one of 6 s. Both are valid YAML and valid configurations.
+ * Red team of issue 24, item 12 (reload of a half-written file): cuts *inside* a block. The file as
+ * yaml.dump (and the docs' examples) write it puts `default:` before `rules:`, so a reader that sees
+ * the file while `cat new > wardline.yaml` is still writing gets a policy whose rules are gone and
+ * whose default allows everything; a cut inside the last line of the budget turns a window of 60 s
+ * into one of 6 s. Both are valid YAML and valid configurations: the reload guard refuses a policy
+ * that lost its rules without `rules: []`, and a file (or policy file) that does not end with a line break.
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -84,5 +84,26 @@ test('a policy_file cut before rules: is not applied: the guard does not look in
   writeFileSync(policyFile, policyText.slice(0, policyText.indexOf('rules:')))
   expect(loadConfig(file).policy?.rules).toEqual([])
   reload(file, h.gateway, silentLogger())
+  expect(await call(h, 'echo')).toBe(403)
+})
+
+test('a policy_file cut inside a line (no final line break) is not applied; the whole file then is', async () => {
+  const dir = tempDir()
+  const policyFile = join(dir, 'policy.yaml')
+  // `tool` last in its rule, so a cut inside its name still reads as a valid policy.
+  const both = { default: 'allow', rules: [...POLICY.rules, { identity: '*', effect: 'deny', tool: 'add_all' }] }
+  writeFileSync(policyFile, yaml.dump(POLICY))
+  h = await startHarness({ mode: 'stateless-json', config: { policy_file: policyFile } })
+  const file = join(dir, 'wardline.yaml')
+  writeFileSync(file, yaml.dump(h.tree))
+  expect(reload(file, h.gateway, silentLogger())).toBe(true)
+  // The new policy while it is still being written: its last rule's tool cut to `add_a`, valid YAML.
+  const whole = yaml.dump(both)
+  writeFileSync(policyFile, whole.trimEnd().slice(0, -2))
+  expect(loadConfig(file).policy?.rules[1].target).toBe('add_a')
+  expect(reload(file, h.gateway, silentLogger())).toBe(false)
+  expect(await call(h, 'echo')).toBe(403)
+  writeFileSync(policyFile, whole)
+  expect(reload(file, h.gateway, silentLogger())).toBe(true)
   expect(await call(h, 'echo')).toBe(403)
 })

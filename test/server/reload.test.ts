@@ -155,7 +155,7 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
           config: file,
           problems: [
             expect.stringMatching(
-              /^policy: set in the running configuration, missing or blank in the file .*write policy: \{default: allow\}/,
+              /^policy: set in the running configuration, missing or blank in the file .*write policy: \{default: allow, rules: \[\]\}/,
             ),
           ],
         },
@@ -181,7 +181,7 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
       writeFileSync(file, yaml.dump(tree))
       expect(reload(file, h.gateway, silentLogger())).toBe(true)
       expect(await call(h, 'echo')).toBe(403)
-      writeFileSync(file, yaml.dump({ ...tree, policy: { default: 'allow' } }))
+      writeFileSync(file, yaml.dump({ ...tree, policy: { default: 'allow', rules: [] } }))
       expect(reload(file, h.gateway, silentLogger())).toBe(true)
       expect(await call(h, 'echo')).toBe(200)
     } finally {
