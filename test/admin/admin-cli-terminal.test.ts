@@ -7,12 +7,11 @@
  * And a revocation's `reason` refuses line breaks and controls at input, in the CLI and the API.
  */
 import { writeFileSync } from 'node:fs'
-import { type AddressInfo, createServer } from 'node:net'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
 import type { Pool } from 'pg'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
-import { type Served, killServed, runCli, startServe } from '../helpers/cli'
+import { type Served, freePort, killServed, runCli, startServe } from '../helpers/cli'
 import { MCP_HEADERS, readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { type TestDatabase, freshDatabase, testPool } from '../helpers/postgres'
 import { waitFor } from '../helpers/wait'
@@ -24,14 +23,6 @@ jest.setTimeout(60_000)
 
 /** Anything a terminal acts on or shows as nothing: controls, separators, bidi and every Default_Ignorable_Code_Point. */
 const RAW_UNSAFE = /[\p{Cc}\u2028\u2029\p{Default_Ignorable_Code_Point}]/u
-
-async function freePort(): Promise<number> {
-  const s = createServer()
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
-  const port = (s.address() as AddressInfo).port
-  await new Promise<void>((resolve) => s.close(() => resolve()))
-  return port
-}
 
 let db: TestDatabase
 let pool: Pool

@@ -1,21 +1,11 @@
 import { writeFileSync } from 'node:fs'
-import { type AddressInfo, createServer } from 'node:net'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
-import { type Served, killServed, runCli, startServe } from '../helpers/cli'
+import { type Served, freePort, killServed, runCli, startServe } from '../helpers/cli'
 import { MCP_HEADERS, as, readJsonl, tempDir, toolCall } from '../helpers/harness'
 
 const TOKEN = 'cli-admin-token-0123456789abcdef0123456789'
-
-/** A port nothing listens on right now (the kernel's pick, released at once). */
-async function freePort(): Promise<number> {
-  const s = createServer()
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
-  const port = (s.address() as AddressInfo).port
-  await new Promise<void>((resolve) => s.close(() => resolve()))
-  return port
-}
 
 let upstream: ExampleServer
 let served: Served

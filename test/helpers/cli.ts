@@ -14,6 +14,7 @@
  */
 import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { type AddressInfo, createServer } from 'node:net'
 import { dirname, join, relative } from 'node:path'
 import { transformFileSync } from '@swc/core'
 import yaml from 'js-yaml'
@@ -159,4 +160,13 @@ export function writeReplicaConfigs(dir: string, names: readonly string[], tree:
     writeFileSync(file, yaml.dump({ listen: '127.0.0.1:0', ...tree, audit }))
     return file
   })
+}
+
+/** A port nothing listens on right now (the kernel's pick, released at once). */
+export async function freePort(): Promise<number> {
+  const s = createServer()
+  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
+  const port = (s.address() as AddressInfo).port
+  await new Promise<void>((resolve) => s.close(() => resolve()))
+  return port
 }
