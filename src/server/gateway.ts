@@ -173,13 +173,11 @@ export function refuse(
     lingerOnBody(ex.req, linger)
   }
   if (refusal.noBody) return writeEmpty(ex, refusal.status, headers)
-  // JSON-RPC 2.0 §4.1: a notification is never answered. A refused one (a tools/call sent without an
-  // id) gets 202 and no body, as the transport answers any notification; its audit entry still says
-  // what was decided, with status 202.
-  if (onlyNotifications(ex)) {
-    ex.status = 202
-    return writeEmpty(ex, 202, headers)
-  }
+  // JSON-RPC 2.0 §4.1: a notification is never answered, so a refused one (a tools/call sent without
+  // an id) gets no body. Its status is the refusal's all the same, not a 202: MCP 2025-06-18, Streamable
+  // HTTP, "Sending Messages to the Server": a server that does not accept a notification MUST answer
+  // an HTTP error status, and a 202 would tell the client it was taken.
+  if (onlyNotifications(ex)) return writeEmpty(ex, refusal.status, headers)
   if (toolRefusals === 'result' && answerAsResult(ex, refusal, headers, legacy)) return
   writeRpcError(ex.res, refusal.status, id, refusal.rpcCode ?? refusal.status, refusal.message, refusal.data, headers)
 }

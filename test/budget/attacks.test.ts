@@ -135,12 +135,12 @@ describe('denied calls and batches', () => {
     expect(remaining(one)).toEqual({ identity: 999_000_000 })
   })
 
-  test('a tools/call notification (no id) is counted like any call; refused, it gets 202 and no body', async () => {
+  test('a tools/call notification (no id) is counted like any call; refused, it gets 429 and no body', async () => {
     const rig = await startRig({ budget: { requests_per_window: 1, window_seconds: 60 } })
     rig.mode = 202
     expect((await postRaw(rig.h.url, rawCall('search', '{}', null))).status).toBe(202)
     const second = await postRaw(rig.h.url, rawCall('search', '{}', null))
-    expect([second.status, second.json]).toEqual([202, null])
+    expect([second.status, second.json]).toEqual([429, null])
     expect(rig.upstream.seen).toHaveLength(1)
     expect((await rig.h.audit()).map((e) => e.decision)).toEqual(['allow', 'throttled'])
   })

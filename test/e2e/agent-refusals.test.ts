@@ -165,7 +165,8 @@ describe('tool_refusals: result, on the wire', () => {
     expect(batch.status).toBe(403)
     expect(((await batch.json()) as { error: { code: number } }).error.code).toBe(403)
     const notification = await post({ jsonrpc: '2.0', method: 'tools/call', params: { name: 'add' } })
-    expect(notification.status).toBe(202)
+    expect(notification.status).toBe(403)
+    expect(await notification.text()).toBe('')
     // The legacy HTTP+SSE transport's POSTs send */*: their answers travel on the /sse stream.
     const legacy = await post(toolCall('add', { a: 1, b: 2 }), '*/*')
     expect(legacy.status).toBe(403)

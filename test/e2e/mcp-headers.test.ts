@@ -166,14 +166,14 @@ describe('Mcp-Method and Mcp-Name', () => {
     expect((await post('dana', { 'mcp-method': 'tools/call', 'mcp-name': 'echo' }, toolCall('echo', {}, 7))).status).toBe(429)
   })
 
-  test('a notification with a mismatched Mcp-Method is not forwarded; like every refused notification it gets 202', async () => {
+  test('a notification with a mismatched Mcp-Method is not forwarded; like every refused notification it gets its status without a body', async () => {
     const before = upstream.seen.length
     const res = await post('cleo', { 'mcp-method': 'notifications/cancelled' }, { jsonrpc: '2.0', method: 'notifications/initialized' })
-    expect(res.status).toBe(202)
+    expect(res.status).toBe(400)
     expect(res.body).toBe('')
     expect(upstream.seen.length).toBe(before)
     const entries = await entriesFor(res.headers['x-wardline-request-id'])
-    expect(entries).toEqual([expect.objectContaining({ decision: 'error', status: 202 })])
+    expect(entries).toEqual([expect.objectContaining({ decision: 'error', status: 400 })])
     expect(entries[0].reason).toContain('Mcp-Method header "notifications/cancelled" does not match')
   })
 })

@@ -147,15 +147,15 @@ describe('size, depth and batch length', () => {
 })
 
 describe('notifications', () => {
-  test('a refused tools/call notification gets 202 and no body, and is still audited', async () => {
+  test('a refused tools/call notification gets its refusal status (not 202) and no body, and is still audited', async () => {
     const res = await fetch(`${h.url}/mcp`, {
       method: 'POST',
       headers: { ...MCP_HEADERS, ...as('mallory', 'guest') },
       body: JSON.stringify({ jsonrpc: '2.0', method: 'tools/call', params: { name: 'forbidden_tool' } }),
     })
-    expect(res.status).toBe(202)
+    expect(res.status).toBe(403)
     expect(await res.text()).toBe('')
     const entries = await entriesOf(res.headers.get('x-wardline-request-id') ?? '')
-    expect(entries).toEqual([expect.objectContaining({ method: 'tools/call', tool: 'forbidden_tool', decision: 'deny', status: 202 })])
+    expect(entries).toEqual([expect.objectContaining({ method: 'tools/call', tool: 'forbidden_tool', decision: 'deny', status: 403 })])
   })
 })
