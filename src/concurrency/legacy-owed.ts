@@ -37,7 +37,7 @@ export class LegacyOwed {
    */
   admit(ex: Exchange, key: string): void {
     if (this.sessions.size === 0 || ex.req.headers['mcp-session-id'] !== undefined) return
-    const sessionId = ex.sessionId
+    const sessionId = postSession(ex)
     if (sessionId === '') return
     const session = this.sessions.get(sessionId)
     if (session === undefined || session.key !== key) return
@@ -115,8 +115,8 @@ export class LegacyOwed {
   private learn(ex: Exchange, key: string, data: string): void {
     const q = data.indexOf('?')
     if (q < 0) return
-    // Read the way the upstream reads its POST's parameter (Exchange.sessionId): the first value.
-    const id = new URLSearchParams(data.slice(q + 1)).get('sessionId')
+    const params = new URLSearchParams(data.slice(q + 1))
+    const id = params.get('sessionId') ?? params.get('session_id')
     // A session id another open stream already named stays that stream's.
     if (!id || this.sessions.has(id)) return
     const session = new LegacySession(id, key)
@@ -137,6 +137,21 @@ export class LegacyOwed {
     owed.ids[owed.ids.indexOf(key)] = ''
     if (--owed.remaining === 0) settle(owed, this.limiter)
   }
+}
+
+/**
+ * The legacy session a POST goes to, read the way its server reads it: `sessionId` (TypeScript SDK,
+ * Express: the first value, Exchange.sessionId) or `session_id` (Python SDK, Starlette: the last).
+ * Either way the session stage made sure every value names a session of this caller.
+ */
+function postSession(ex: Exchange): string {
+  const sessionId = ex.sessionId
+  if (sessionId !== '') return sessionId
+  const url = ex.req.url ?? ''
+  const q = url.indexOf('?')
+  if (q < 0 || !url.includes('session_id=', q)) return ''
+  const values = new URLSearchParams(url.slice(q + 1)).getAll('session_id')
+  return values.length === 0 ? '' : values[values.length - 1]
 }
 
 const OPEN_OBJECT = 0x7b

@@ -5,7 +5,8 @@
  * (test/redteam/issue24-cap.test.ts shows the calls no longer run past the cap; these show every owed
  * slot is given back.)
  */
-import type { IncomingMessage } from 'node:http'
+import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { type Harness, as, rpc, startHarness, toolCall } from '../helpers/harness'
 import { open, send } from '../helpers/http-client'
 import { waitFor } from '../helpers/wait'
@@ -104,4 +105,56 @@ test('an answer that never comes: the slot is given back after upstream_timeout_
     timeoutMs: 15_000,
   })
   expect(session.text()).not.toContain('counted to 4')
+}, 30_000)
+
+test('a legacy session named by session_id (the Python SDK parameter) owes its slots the same way', async () => {
+  // The Python SDK's legacy transport, as the wire shows it: endpoint /messages/?session_id=…, every
+  // POST answered 202, its answer sent on the stream (a `slow` call after 1.5 s, anything else at once).
+  let stream: ServerResponse | null = null
+  const upstream = createServer((req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write('event: endpoint\ndata: /messages/?session_id=abc123\n\n')
+      stream = res
+      return
+    }
+    let body = ''
+    req.on('data', (c: Buffer) => (body += c.toString('utf8')))
+    req.on('end', () => {
+      res.writeHead(202).end('Accepted')
+      const message = JSON.parse(body) as { id?: unknown; method: string }
+      if (message.id === undefined) return
+      const answer = `event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} })}\n\n`
+      setTimeout(() => stream?.write(answer), message.method === 'slow' ? 1500 : 0)
+    })
+  })
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
+  try {
+    h = await startHarness({
+      upstreamUrl: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`,
+      config: { max_concurrent_per_identity: 2 },
+    })
+    const abort = new AbortController()
+    streams.push(abort)
+    const sse = await open(`${h.url}/sse`, { headers: { ...as('alice'), accept: 'text/event-stream' }, signal: abort.signal })
+    let text = ''
+    sse.on('data', (c: Buffer) => (text += c.toString('utf8')))
+    sse.on('error', () => undefined)
+    await waitFor(() => text.includes('session_id='), { what: 'the endpoint event' })
+    const harness = h
+    const post = (body: unknown): Promise<number> =>
+      send(
+        `${harness.url}/messages/?session_id=abc123`,
+        'POST',
+        { ...as('alice'), 'content-type': 'application/json' },
+        JSON.stringify(body),
+      ).then((r) => r.status)
+    expect(await post(rpc('slow', undefined, 1))).toBe(202)
+    expect(await post(rpc('ping', undefined, 2))).toBe(429)
+    await waitFor(() => text.includes('"id":1'), { what: 'the slow answer' })
+    await waitFor(async () => (await post(rpc('ping', undefined, 3))) === 202, { what: 'a slot given back' })
+  } finally {
+    upstream.closeAllConnections()
+    await new Promise<void>((resolve) => upstream.close(() => resolve()))
+  }
 }, 30_000)
