@@ -1,6 +1,7 @@
 import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { LegacyOwed } from './legacy-owed'
 import { ConcurrencyLimiter, concurrencyKey } from './limiter'
 import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
 
@@ -51,7 +52,7 @@ export interface ConcurrencyStages {
  * past the cap the same way, up to twice it, so a session opened while its calls fill the cap still
  * gets one.
  */
-export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics): ConcurrencyStages {
+export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics, upstreamTimeoutSeconds = 30): ConcurrencyStages {
   const refusal: Refusal = {
     status: 429,
     decision: 'throttled',
@@ -66,8 +67,11 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics)
   const streamLimit = 2 * limiter.maxPerKey
   // In the stages every reload reuses (compose.ts), like the limiter: pending counts survive a reload.
   const pending = new ConcurrencyLimiter(PENDING_BODIES)
+  const legacy = new LegacyOwed(limiter, upstreamTimeoutSeconds * 1000)
   const slot: Stage = {
     name: 'concurrency',
+    // Every GET stream's messages: a legacy /sse stream carries the answers its session's POSTs owe.
+    answers: { methods: [], reads: 'messages', streams: true },
     run(ex: Exchange) {
       const principal = ex.principal
       if (principal === null) return CONTINUE
@@ -85,11 +89,17 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics)
       metrics.concurrencyRefused.inc()
       return refusal
     },
+    onMessage(ex: Exchange, message: string): string {
+      legacy.onMessage(ex, message)
+      return message
+    },
     finish(ex: Exchange) {
       const key = ex.concurrencyKey
       if (key === null) return
+      if (ex.req.method === 'GET') legacy.streamEnded(ex)
       if (ex.concurrencyPending) pending.release(key)
-      else limiter.release(key)
+      // A legacy POST's slot stays taken (owed) until its answer passes on the session's /sse stream.
+      else if (!legacy.keeps(ex)) limiter.release(key)
       ex.concurrencyKey = null
       ex.concurrencyPending = false
     },
@@ -105,7 +115,7 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics)
         if (answers) {
           limiter.release(key)
           ex.concurrencyKey = null
-        }
+        } else legacy.admit(ex, key)
         return CONTINUE
       }
       pending.release(key)
@@ -115,7 +125,10 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics)
         return CONTINUE
       }
       // A slot that freed while the body arrived serves a call as well: it was counted all along.
-      if (limiter.tryAcquire(key, opensStream(ex) ? streamLimit : limiter.maxPerKey)) return CONTINUE
+      if (limiter.tryAcquire(key, opensStream(ex) ? streamLimit : limiter.maxPerKey)) {
+        legacy.admit(ex, key)
+        return CONTINUE
+      }
       ex.concurrencyKey = null
       metrics.concurrencyRefused.inc()
       return refusal

@@ -263,7 +263,11 @@ function stageChain(config: Config, parts: StageParts): StageChain {
   const { audit, authenticator, revocations, store, metrics, log } = parts
   // One limiter for the process, in the stages every reload reuses, so the counts of requests in
   // flight survive a reload (max_concurrent_per_identity itself is a restart key).
-  const concurrency = concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics)
+  const concurrency = concurrencyStages(
+    new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity),
+    metrics,
+    config.upstream.timeoutSeconds,
+  )
   // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
   const leading = [
     httpStage(config.http),

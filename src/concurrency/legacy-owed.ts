@@ -1,0 +1,211 @@
+import type { Exchange } from '../pipeline/exchange'
+import { idKey } from '../policy/id-key'
+import type { ConcurrencyLimiter } from './limiter'
+
+/**
+ * The legacy HTTP+SSE transport (MCP 2024-11-05, "HTTP with SSE") answers a POST
+ * /messages?sessionId=… with 202 at once and runs the call afterwards, sending its JSON-RPC response
+ * on the session's GET /sse stream. A slot given back with the 202 would let an identity with a cap
+ * of 2 run any number of calls at once upstream (red team of issue 24: six 4 s calls at once). So
+ * such a POST's slot is *owed*: it stays taken after the POST ends, until the answer with its id
+ * passes on that session's /sse stream, that stream ends, or `upstream_timeout_seconds` passes.
+ *
+ * Only sessions whose /sse stream runs through this process, for the same identity (the stream's
+ * concurrency key), are tracked: learnt from the stream's endpoint event, forgotten (every slot they
+ * owe given back) when it ends. Memory is bounded by what the limiter already bounds: every owed
+ * slot is one of the identity's `max_concurrent_per_identity` slots (twice that for initialize),
+ * each with the ids of one POST body (at most one batch).
+ */
+export class LegacyOwed {
+  /** The /sse stream of each legacy session, by the session id its endpoint event named. */
+  private readonly sessions = new Map<string, LegacySession>()
+  /** The session each open /sse stream names (its finish forgets it). */
+  private readonly streams = new WeakMap<Exchange, LegacySession>()
+  /** A POST's owed slot, from the verdict to its finish (then held, or given back at once). */
+  private readonly posts = new WeakMap<Exchange, OwedSlot>()
+
+  constructor(
+    private readonly limiter: ConcurrencyLimiter,
+    /** upstream_timeout_seconds in ms: the longest a slot is owed after its POST ended. */
+    private readonly timeoutMs: number,
+  ) {}
+
+  /**
+   * Once a POST holding a slot is parsed: when it is a legacy POST of a session whose /sse stream
+   * runs here for the same identity, and carries requests (messages with an id and a method), its
+   * slot will be owed until their answers pass on that stream. A cheap check for every other POST.
+   */
+  admit(ex: Exchange, key: string): void {
+    if (this.sessions.size === 0 || ex.req.headers['mcp-session-id'] !== undefined) return
+    const sessionId = postSession(ex)
+    if (sessionId === '') return
+    const session = this.sessions.get(sessionId)
+    if (session === undefined || session.key !== key) return
+    let ids: string[] | null = null
+    const calls = ex.calls
+    for (let i = 0; i < calls.length; i++) {
+      const call = calls[i]
+      if (call.id === undefined || call.method === '') continue
+      ;(ids ??= []).push(idKey(call.id))
+    }
+    if (ids === null) return
+    const owed = new OwedSlot(key, session, ids)
+    for (const id of ids) {
+      const waiting = session.byId.get(id)
+      if (waiting === undefined) session.byId.set(id, [owed])
+      else waiting.push(owed)
+    }
+    session.slots.add(owed)
+    this.posts.set(ex, owed)
+  }
+
+  /**
+   * The finish phase of a POST holding a slot: true when its slot stays taken, owed (forwarded,
+   * answered 2xx, some answer still to come on a stream still open); false when it is to be given
+   * back now.
+   */
+  keeps(ex: Exchange): boolean {
+    if (this.sessions.size === 0) return false
+    const owed = this.posts.get(ex)
+    if (owed === undefined) return false
+    this.posts.delete(ex)
+    if (owed.remaining > 0 && !owed.settled && ex.forwarded && ex.status >= 200 && ex.status <= 299) {
+      owed.held = true
+      owed.timer = setTimeout(expire, this.timeoutMs, owed, this.limiter)
+      owed.timer.unref()
+      return true
+    }
+    settle(owed, this.limiter)
+    return false
+  }
+
+  /**
+   * One message of a GET stream (the answer phase). The endpoint event (its data a URL, not JSON)
+   * names a legacy session; on that session's stream, a response whose id a POST owes settles it.
+   */
+  onMessage(ex: Exchange, data: string): void {
+    const first = data.charCodeAt(0)
+    const json = first === OPEN_OBJECT || first === OPEN_ARRAY
+    const session = this.streams.get(ex)
+    if (session === undefined) {
+      if (!json && ex.concurrencyKey !== null) this.learn(ex, ex.concurrencyKey, data)
+      return
+    }
+    // Requests and notifications of the server carry no answer; most stream traffic stops here.
+    if (!json || session.byId.size === 0 || (!data.includes('"result"') && !data.includes('"error"') && !data.includes('\\u'))) return
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(data)
+    } catch {
+      return
+    }
+    if (Array.isArray(parsed)) for (const message of parsed) this.answered(session, message)
+    else this.answered(session, parsed)
+  }
+
+  /** The finish phase of a GET stream: a legacy session's stream ended, so every slot it owes is given back. */
+  streamEnded(ex: Exchange): void {
+    const session = this.streams.get(ex)
+    if (session === undefined) return
+    this.streams.delete(ex)
+    if (this.sessions.get(session.id) === session) this.sessions.delete(session.id)
+    for (const owed of session.slots) settle(owed, this.limiter)
+  }
+
+  private learn(ex: Exchange, key: string, data: string): void {
+    const q = data.indexOf('?')
+    if (q < 0) return
+    const params = new URLSearchParams(data.slice(q + 1))
+    const id = params.get('sessionId') ?? params.get('session_id')
+    // A session id another open stream already named stays that stream's.
+    if (!id || this.sessions.has(id)) return
+    const session = new LegacySession(id, key)
+    this.sessions.set(id, session)
+    this.streams.set(ex, session)
+  }
+
+  private answered(session: LegacySession, message: unknown): void {
+    if (message === null || typeof message !== 'object' || 'method' in message || !('id' in message)) return
+    const id = message.id
+    if (typeof id !== 'string' && typeof id !== 'number') return
+    const key = idKey(id)
+    const waiting = session.byId.get(key)
+    if (waiting === undefined) return
+    // The oldest POST waiting under that id (a client reusing an id in flight has two).
+    const owed = waiting.shift()!
+    if (waiting.length === 0) session.byId.delete(key)
+    owed.ids[owed.ids.indexOf(key)] = ''
+    if (--owed.remaining === 0) settle(owed, this.limiter)
+  }
+}
+
+/**
+ * The legacy session a POST goes to, read the way its server reads it: `sessionId` (TypeScript SDK,
+ * Express: the first value, Exchange.sessionId) or `session_id` (Python SDK, Starlette: the last).
+ * Either way the session stage made sure every value names a session of this caller.
+ */
+function postSession(ex: Exchange): string {
+  const sessionId = ex.sessionId
+  if (sessionId !== '') return sessionId
+  const url = ex.req.url ?? ''
+  const q = url.indexOf('?')
+  if (q < 0 || !url.includes('session_id=', q)) return ''
+  const values = new URLSearchParams(url.slice(q + 1)).getAll('session_id')
+  return values.length === 0 ? '' : values[values.length - 1]
+}
+
+const OPEN_OBJECT = 0x7b
+const OPEN_ARRAY = 0x5b
+
+class LegacySession {
+  /** The ids its POSTs still wait for (by id key), each with the slots waiting under it, oldest first. */
+  readonly byId = new Map<string, OwedSlot[]>()
+  /** Every slot waiting for an answer on this stream. */
+  readonly slots = new Set<OwedSlot>()
+  constructor(
+    readonly id: string,
+    /** The concurrency key of the stream's caller: only its own POSTs owe slots here. */
+    readonly key: string,
+  ) {}
+}
+
+class OwedSlot {
+  /** How many of `ids` are still to be answered. */
+  remaining: number
+  /** True once the POST ended and left its slot taken: settling gives it back. */
+  held = false
+  settled = false
+  timer: NodeJS.Timeout | null = null
+  constructor(
+    readonly key: string,
+    readonly session: LegacySession,
+    /** The id keys of the POST's requests; '' once answered. */
+    readonly ids: string[],
+  ) {
+    this.remaining = ids.length
+  }
+}
+
+/** Forgets an owed slot everywhere, and gives it back when its POST had left it taken. Idempotent. */
+function settle(owed: OwedSlot, limiter: ConcurrencyLimiter): void {
+  if (owed.settled) return
+  owed.settled = true
+  const session = owed.session
+  session.slots.delete(owed)
+  for (const id of owed.ids) {
+    if (id === '') continue
+    const waiting = session.byId.get(id)
+    if (waiting === undefined) continue
+    // A batch may carry one id twice: every entry of this slot goes.
+    for (let at = waiting.indexOf(owed); at >= 0; at = waiting.indexOf(owed)) waiting.splice(at, 1)
+    if (waiting.length === 0) session.byId.delete(id)
+  }
+  if (owed.timer !== null) clearTimeout(owed.timer)
+  if (owed.held) limiter.release(owed.key)
+}
+
+/** upstream_timeout_seconds passed with an answer still owed: the slot is given back all the same. */
+function expire(owed: OwedSlot, limiter: ConcurrencyLimiter): void {
+  owed.timer = null
+  settle(owed, limiter)
+}
