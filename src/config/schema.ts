@@ -557,7 +557,7 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   'policy.rules[].method': 'tools/call, a resources/… or prompts/… method, resources/*, prompts/* or *.',
   'policy.rules[].tool': 'Tool name, resource URI or prompt name (glob); * also matches list calls.',
   'policy.rules[].effect': 'What a match decides.',
-  'policy.filter_lists': 'List answers (tools/list, …) show only what the caller may use.',
+  'policy.filter_lists': 'List answers (tools/list, …) and resource completions show only what the caller may use.',
   postgres: 'Shared storage for budgets and the audit trail (docs/postgres.md).',
   'postgres.dsn': 'postgres:// or postgresql:// URL: use ${WARDLINE_POSTGRES_DSN}.',
   'postgres.max_connections': 'The one pool shared by budgets and the audit trail.',

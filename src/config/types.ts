@@ -200,7 +200,7 @@ export interface PolicyConfig {
   readonly rules: readonly PolicyRule[]
   /** Where the rules came from, for logs: the policy file path or 'inline'. */
   readonly source: string
-  /** `filter_lists`: answers to tools/list, prompts/list, resources/list and resources/templates/list show only what the caller may use. */
+  /** `filter_lists`: answers to tools/list, prompts/list, resources/list and resources/templates/list, and the values of resource completions, show only what the caller may use. */
   readonly filterLists: boolean
 }
 
