@@ -32,51 +32,49 @@ function cgiValue(req: IncomingMessage, name: string): string | undefined {
   return undefined
 }
 
-/**
- * A stateful Streamable HTTP server routing answers as the Python SDK does: each POST's SSE stream is
- * filed under `str(id)` in its session, the latest POST winning. tools/list waits for `openList`;
- * tools/call never answers.
- */
-async function pythonLikeServer(sessionOf: (req: IncomingMessage, name: string) => string | undefined = firstValue): Promise<{
+interface ListGatingServer {
   url: string
   listCalled: Promise<void>
   openList(): void
   calls: unknown[]
   close(): Promise<void>
-}> {
+}
+
+/**
+ * Where a server files a POST's SSE stream (the answer for an id goes to the stream filed last under
+ * that id's key), or null once it has answered the POST itself (an initialize, an unknown session).
+ */
+type StreamsOf = (req: IncomingMessage, res: ServerResponse, message: Json) => Map<unknown, ServerResponse> | null
+
+/**
+ * A server whose POSTs with an id each get an SSE stream, filed by `streamsOf` under `keyOf(id)`, the
+ * latest POST winning; tools/list answers only once `openList` is called, on the stream then filed
+ * under its id; tools/call never answers.
+ */
+async function listGatingServer(streamsOf: StreamsOf, keyOf: (id: unknown) => unknown): Promise<ListGatingServer> {
   let openList!: () => void
   const listGate = new Promise<void>((resolve) => (openList = resolve))
   let listCalled!: () => void
   const listSeen = new Promise<void>((resolve) => (listCalled = resolve))
   const calls: unknown[] = []
-  const sessions = new Map<string, Map<string, ServerResponse>>()
   const server = createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (c: Buffer) => chunks.push(c))
     req.on('end', () => {
       if (req.method !== 'POST') return void res.writeHead(405).end()
       const message = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Json
-      if (message.method === 'initialize') {
-        const id = randomUUID()
-        sessions.set(id, new Map())
-        const result = { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'py-like', version: '1' } }
-        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
-        return void res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result }))
-      }
-      const sid = sessionOf(req, 'mcp-session-id')
-      const streams = sid === undefined ? undefined : sessions.get(sid)
-      if (streams === undefined) return void res.writeHead(404).end()
+      const streams = streamsOf(req, res, message)
+      if (streams === null) return
       if (message.id === undefined) return void res.writeHead(202).end()
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.flushHeaders()
-      const key = JSON.stringify(message.id).replace(/^"(.*)"$/, '$1') // str(id): 7 and "7" alike
+      const key = keyOf(message.id)
       streams.set(key, res)
       if (message.method === 'tools/list') {
         listCalled()
         void listGate.then(() => {
-          const target = streams.get(key)
-          if (target === undefined) return
-          target.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { tools: TOOLS } })}\n\n`)
+          const answer = { jsonrpc: '2.0', id: message.id, result: { tools: TOOLS } }
+          streams.get(key)?.end(`event: message\ndata: ${JSON.stringify(answer)}\n\n`)
         })
       } else if (message.method === 'tools/call') calls.push(message.id)
     })
@@ -94,8 +92,34 @@ async function pythonLikeServer(sessionOf: (req: IncomingMessage, name: string) 
   }
 }
 
+/**
+ * A stateful Streamable HTTP server routing answers as the Python SDK does: each POST's SSE stream is
+ * filed under `str(id)` in its session (read from the header by `sessionOf`), the latest POST winning.
+ */
+function pythonLikeServer(sessionOf: (req: IncomingMessage, name: string) => string | undefined = firstValue): Promise<ListGatingServer> {
+  const sessions = new Map<string, Map<unknown, ServerResponse>>()
+  return listGatingServer(
+    (req, res, message) => {
+      if (message.method === 'initialize') {
+        const id = randomUUID()
+        sessions.set(id, new Map())
+        const result = { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'py-like', version: '1' } }
+        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result }))
+        return null
+      }
+      const sid = sessionOf(req, 'mcp-session-id')
+      const streams = sid === undefined ? undefined : sessions.get(sid)
+      if (streams !== undefined) return streams
+      res.writeHead(404).end()
+      return null
+    },
+    (id) => JSON.stringify(id).replace(/^"(.*)"$/, '$1'), // str(id): 7 and "7" alike
+  )
+}
+
 let h: Harness | undefined
-let upstream: Awaited<ReturnType<typeof pythonLikeServer>> | undefined
+let upstream: ListGatingServer | undefined
 afterEach(async () => {
   // The upstream first: a list whose answer went elsewhere would hold the gateway's shutdown grace.
   await upstream?.close()
@@ -171,48 +195,12 @@ test('a call naming its session in Mcp_Session_Id (underscore) cannot receive th
  * the official TypeScript SDK did before 1.26 when one stateless transport served every request
  * (GHSA-345p-7cg4-v4c7), and what any server keyed by id alone does. No Mcp-Session-Id anywhere.
  */
-async function sharedStatelessServer(): Promise<{
-  url: string
-  listCalled: Promise<void>
-  openList(): void
-  calls: unknown[]
-  close(): Promise<void>
-}> {
-  let openList!: () => void
-  const listGate = new Promise<void>((resolve) => (openList = resolve))
-  let listCalled!: () => void
-  const listSeen = new Promise<void>((resolve) => (listCalled = resolve))
-  const calls: unknown[] = []
+function sharedStatelessServer(): Promise<ListGatingServer> {
   const streams = new Map<unknown, ServerResponse>()
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => chunks.push(c))
-    req.on('end', () => {
-      const message = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Json
-      if (message.id === undefined) return void res.writeHead(202).end()
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.flushHeaders()
-      streams.set(message.id, res)
-      if (message.method === 'tools/list') {
-        listCalled()
-        void listGate.then(() => {
-          const answer = { jsonrpc: '2.0', id: message.id, result: { tools: TOOLS } }
-          streams.get(message.id)?.end(`event: message\ndata: ${JSON.stringify(answer)}\n\n`)
-        })
-      } else if (message.method === 'tools/call') calls.push(message.id)
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    listCalled: listSeen,
-    openList,
-    calls,
-    close: async () => {
-      server.closeAllConnections()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
-    },
-  }
+  return listGatingServer(
+    () => streams,
+    (id) => id,
+  )
 }
 
 test('without sessions, a call reusing the id of a list in flight cannot receive the unfiltered list', async () => {
