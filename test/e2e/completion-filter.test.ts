@@ -4,15 +4,12 @@
  * SDK client asks an official SDK server (McpServer, ResourceTemplate with completion callbacks) and
  * gets only the values whose expanded URI it may read.
  */
-import { randomUUID } from 'node:crypto'
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js'
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { type Harness, as, startHarness } from '../helpers/harness'
+import { type SdkUpstream, startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
 
 const POLICY = {
@@ -30,7 +27,7 @@ const FOLDERS = ['docs', 'private', 'public']
 const FILES = ['a.txt', 'b.txt']
 
 /** An official SDK server (stateful) with two completable templates; JSON answers or SSE. */
-async function completingServer(json: boolean): Promise<{ url: string; close(): Promise<void> }> {
+function completingServer(json: boolean): Promise<SdkUpstream> {
   const build = (): McpServer => {
     const mcp = new McpServer({ name: 'completer', version: '1.0.0' })
     const notes = new ResourceTemplate('example://notes/{id}', {
@@ -48,33 +45,7 @@ async function completingServer(json: boolean): Promise<{ url: string; close(): 
     mcp.registerResource('file', files, {}, (uri) => ({ contents: [{ uri: uri.href, text: 'file' }] }))
     return mcp
   }
-  const transports = new Map<string, StreamableHTTPServerTransport>()
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const sid = req.headers['mcp-session-id']
-    let transport = typeof sid === 'string' ? transports.get(sid) : undefined
-    const handle = async (): Promise<void> => {
-      if (transport === undefined) {
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: () => randomUUID(),
-          enableJsonResponse: json,
-          onsessioninitialized: (id) => void transports.set(id, created),
-        })
-        transport = created
-        await build().connect(created)
-      }
-      await transport.handleRequest(req, res)
-    }
-    handle().catch((err) => res.writeHead(500).end(String(err)))
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: async () => {
-      for (const t of transports.values()) await t.close().catch(() => undefined)
-      server.closeAllConnections()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
-    },
-  }
+  return startSdkUpstream(build, { enableJsonResponse: json })
 }
 
 describe.each([

@@ -5,15 +5,12 @@
  * results, notifications/cancelled, notifications/initialized) must reach the server, and a session
  * opened at the cap must still get its GET stream.
  */
-import { randomUUID } from 'node:crypto'
-import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { CreateMessageRequestSchema, CreateMessageResultSchema } from '@modelcontextprotocol/sdk/types.js'
 import { type Harness, as, startHarness } from '../helpers/harness'
+import { startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
 import { gate } from './raw-upstream'
 
@@ -41,7 +38,6 @@ function text(s: string): { content: Array<{ type: 'text'; text: string }> } {
 
 /** A stateful SDK server on port 0: one McpServer per session, as the SDK's examples build it. */
 async function startSamplingUpstream(): Promise<Upstream> {
-  const sessions = new Map<string, StreamableHTTPServerTransport>()
   const servers: McpServer[] = []
   const state: Upstream = {
     url: '',
@@ -88,37 +84,17 @@ async function startSamplingUpstream(): Promise<Upstream> {
     servers.push(mcp)
     return mcp
   }
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    if (req.method === 'GET') {
-      state.streams++
-      res.on('close', () => state.streams--)
-    }
-    const sessionId = req.headers['mcp-session-id']
-    let transport = typeof sessionId === 'string' ? sessions.get(sessionId) : undefined
-    if (transport === undefined) {
-      const created = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => void sessions.set(id, created),
-      })
-      transport = created
-      await build().connect(created)
-    }
-    await transport.handleRequest(req, res)
-  }
-  const server: Server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) res.writeHead(500)
-      res.end(String(err))
-    })
+  // Counts the open GET streams (the standalone stream a server's sampling request may go on).
+  const upstream = await startSdkUpstream(build, {}, (req, res) => {
+    if (req.method !== 'GET') return
+    state.streams++
+    res.on('close', () => state.streams--)
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
   return Object.assign(state, {
-    url: `http://127.0.0.1:${port}`,
+    url: upstream.url,
     close: async () => {
       for (const mcp of servers) await mcp.close().catch(() => undefined)
-      server.closeAllConnections()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
+      await upstream.close()
     },
   })
 }

@@ -12,9 +12,9 @@ import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js'
 import { type Harness, MCP_HEADERS, as, startHarness } from '../helpers/harness'
+import { startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
 import { gate } from './raw-upstream'
 
@@ -136,46 +136,27 @@ async function sdkServer(): Promise<RoutingServer> {
   let listCalled!: () => void
   const listSeen = new Promise<void>((resolve) => (listCalled = resolve))
   const calls: unknown[] = []
-  const transports = new Map<string, StreamableHTTPServerTransport>()
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const sid = req.headers['mcp-session-id']
-    let transport = typeof sid === 'string' ? transports.get(sid) : undefined
-    const handle = async (): Promise<void> => {
-      if (transport === undefined) {
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: () => randomUUID(),
-          onsessioninitialized: (id) => void transports.set(id, created),
-        })
-        transport = created
-        const mcp = new Server({ name: 'sdk', version: '1.0.0' }, { capabilities: { tools: {} } })
-        mcp.setRequestHandler(ListToolsRequestSchema, async () => {
-          listCalled()
-          await listGate.wait
-          return { tools: TOOLS }
-        })
-        mcp.setRequestHandler(CallToolRequestSchema, async (request) => {
-          calls.push(request.params.name)
-          await new Promise<void>(() => undefined)
-          return { content: [] }
-        })
-        await mcp.connect(created)
-      }
-      await transport.handleRequest(req, res)
-    }
-    handle().catch((err) => res.writeHead(500).end(String(err)))
+  const upstream = await startSdkUpstream(() => {
+    const mcp = new Server({ name: 'sdk', version: '1.0.0' }, { capabilities: { tools: {} } })
+    mcp.setRequestHandler(ListToolsRequestSchema, async () => {
+      listCalled()
+      await listGate.wait
+      return { tools: TOOLS }
+    })
+    mcp.setRequestHandler(CallToolRequestSchema, async (request) => {
+      calls.push(request.params.name)
+      await new Promise<void>(() => undefined)
+      return { content: [] }
+    })
+    return mcp
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url: upstream.url,
     listCalled: listSeen,
     openList: () => listGate.open(),
     calls,
     openStreams: () => [],
-    close: async () => {
-      for (const t of transports.values()) await t.close().catch(() => undefined)
-      server.closeAllConnections()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
-    },
+    close: () => upstream.close(),
   }
 }
 

@@ -6,14 +6,12 @@
  * "in flight" for a millisecond. The cap's promise, "at most max_concurrent_per_identity requests in
  * flight", holds on Streamable HTTP only.
  */
-import { randomUUID } from 'node:crypto'
-import { type IncomingMessage, createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import type { IncomingMessage } from 'node:http'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js'
 import { type Harness, MCP_HEADERS, as, startHarness, toolCall } from '../helpers/harness'
 import { open, send } from '../helpers/http-client'
+import { startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
 
 let h: Harness | undefined
@@ -79,38 +77,24 @@ test.failing(
   async () => {
     let running = 0
     let most = 0
-    const transports = new Map<string, StreamableHTTPServerTransport>()
-    const server = createServer((req, res) => {
-      const sid = req.headers['mcp-session-id']
-      let transport = typeof sid === 'string' ? transports.get(sid) : undefined
-      const handle = async (): Promise<void> => {
-        if (transport === undefined) {
-          const created = new StreamableHTTPServerTransport({
-            sessionIdGenerator: () => randomUUID(),
-            eventStore: new InMemoryEventStore(),
-            retryInterval: 60_000,
-            onsessioninitialized: (id) => void transports.set(id, created),
-          })
-          transport = created
-          const mcp = new McpServer({ name: 'polling', version: '1' })
-          mcp.registerTool('slow', { description: 'closes its stream, then works 4 s' }, async (extra) => {
-            running++
-            most = Math.max(most, running)
-            extra.closeSSEStream?.()
-            await new Promise((resolve) => setTimeout(resolve, 4000))
-            running--
-            return { content: [{ type: 'text', text: 'done' }] }
-          })
-          await mcp.connect(created)
-        }
-        await transport.handleRequest(req, res)
-      }
-      handle().catch((err) => res.writeHead(500).end(String(err)))
-    })
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const upstream = await startSdkUpstream(
+      () => {
+        const mcp = new McpServer({ name: 'polling', version: '1' })
+        mcp.registerTool('slow', { description: 'closes its stream, then works 4 s' }, async (extra) => {
+          running++
+          most = Math.max(most, running)
+          extra.closeSSEStream?.()
+          await new Promise((resolve) => setTimeout(resolve, 4000))
+          running--
+          return { content: [{ type: 'text', text: 'done' }] }
+        })
+        return mcp
+      },
+      { eventStore: new InMemoryEventStore(), retryInterval: 60_000 },
+    )
     try {
       h = await startHarness({
-        upstreamUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`,
+        upstreamUrl: `${upstream.url}/mcp`,
         config: { max_concurrent_per_identity: 2 },
       })
       const url = `${h.url}/mcp`
@@ -134,9 +118,7 @@ test.failing(
       // At most 2 of alice's calls may run at once.
       expect({ statuses, most: most <= 2 ? 'within the cap' : most }).toEqual({ statuses, most: 'within the cap' })
     } finally {
-      for (const t of transports.values()) await t.close().catch(() => undefined)
-      server.closeAllConnections()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
+      await upstream.close()
     }
   },
   60_000,
