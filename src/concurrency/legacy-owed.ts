@@ -1,6 +1,7 @@
 import type { Exchange } from '../pipeline/exchange'
 import { idKey } from '../policy/id-key'
 import type { ConcurrencyLimiter } from './limiter'
+import { endpointParameters } from '../mcp/legacy-endpoint'
 
 /**
  * The legacy HTTP+SSE transport (MCP 2024-11-05, "HTTP with SSE") answers a POST
@@ -113,9 +114,8 @@ export class LegacyOwed {
   }
 
   private learn(ex: Exchange, key: string, data: string): void {
-    const q = data.indexOf('?')
-    if (q < 0) return
-    const params = new URLSearchParams(data.slice(q + 1))
+    const params = endpointParameters(data)
+    if (params === null) return
     const id = params.get('sessionId') ?? params.get('session_id')
     // A session id another open stream already named stays that stream's.
     if (!id || this.sessions.has(id)) return

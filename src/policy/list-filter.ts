@@ -13,6 +13,7 @@ import {
   requestsWithId,
 } from './completion-filter'
 import { idKey } from './id-key'
+import { endpointParameters } from '../mcp/legacy-endpoint'
 
 /**
  * What each list answer holds: the result member with the entries, the field that names an entry's
@@ -220,9 +221,7 @@ function requestsOf(state: ListFilterState, ex: Exchange): (id: unknown) => read
 
 /** A legacy /sse stream's endpoint event (data `/messages?sessionId=…`, not JSON) names its session. */
 function learnLegacySession(state: ListFilterState, ex: Exchange, data: string): void {
-  if (data.startsWith('{') || data.startsWith('[')) return
-  const q = data.indexOf('?')
-  const session = q < 0 ? null : new URLSearchParams(data.slice(q + 1)).get('sessionId')
+  const session = endpointParameters(data)?.get('sessionId')
   if (!session) return
   state.legacyStreams.set(ex, session)
   state.legacy.set(session, new Map())

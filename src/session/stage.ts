@@ -4,6 +4,7 @@ import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { type Eviction, SessionBindings, type SessionOwner } from './bindings'
+import { endpointParameters } from '../mcp/legacy-endpoint'
 
 /**
  * A session belongs to the principal that created it. Anyone who knows an `Mcp-Session-Id` (every
@@ -73,10 +74,10 @@ export function legacySessionStage(bindings: SessionBindings): Stage {
     onMessage(ex: Exchange, data: string): string {
       // The endpoint event's data is a URL (every other event's a JSON-RPC message); it comes first.
       const principal = ex.principal
-      if (principal === null || data.startsWith('{') || data.startsWith('[') || pinned.has(ex)) return data
-      const q = data.indexOf('?')
-      if (q < 0) return data
-      for (const [name, value] of new URLSearchParams(data.slice(q + 1))) {
+      if (principal === null || pinned.has(ex)) return data
+      const parameters = endpointParameters(data)
+      if (parameters === null) return data
+      for (const [name, value] of parameters) {
         if (!isSessionParameter(name) || value === '') continue
         bindings.bind(value, principal)
         if (bindings.pin(value, principal)) pinned.set(ex, value)

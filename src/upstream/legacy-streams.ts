@@ -1,4 +1,5 @@
 import { sseMessageEvent } from '../jsonrpc/reply'
+import { endpointParameters } from '../mcp/legacy-endpoint'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Stage } from '../pipeline/stage'
 
@@ -37,10 +38,8 @@ export class LegacyStreams {
       answers: { methods: [], reads: 'messages', streams: true },
       run: () => CONTINUE,
       onMessage: (ex, data) => {
-        // The endpoint event's data is a URL, every other event's a JSON-RPC message.
-        if (data.startsWith('{') || data.startsWith('[') || this.sessionOf.has(ex)) return data
-        const q = data.indexOf('?')
-        const sessionId = q < 0 ? null : new URLSearchParams(data.slice(q + 1)).get('sessionId')
+        if (this.sessionOf.has(ex)) return data
+        const sessionId = endpointParameters(data)?.get('sessionId')
         if (sessionId) {
           this.bySession.set(sessionId, ex)
           this.sessionOf.set(ex, sessionId)
