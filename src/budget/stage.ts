@@ -47,7 +47,7 @@ class Receipt {
 }
 
 /**
- * Budgets `tools/call` (DESIGN.md, "Budget semantics"). Every call, and every `tools/call` element of
+ * Budgets `tools/call` (docs/budget.md). Every call, and every `tools/call` element of
  * a batch, needs its cost (budget.tools.<tool>.cost, default 1) from every window of every tier that
  * applies, checked in the order repeat → tool → tenant → identity and charged all together or not at
  * all:

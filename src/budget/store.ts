@@ -1,5 +1,5 @@
 /**
- * Which kind of bucket: checked in this order, the first full one refuses (DESIGN.md). `repeat` is the
+ * Which kind of bucket: checked in this order, the first full one refuses (docs/budget.md). `repeat` is the
  * loop breaker: one identity calling one tool with the same arguments (budget.repeat_limit).
  */
 export type BucketKind = 'repeat' | 'tool' | 'tenant' | 'identity'
@@ -17,7 +17,7 @@ export interface BucketCharge {
   readonly cost: number
   /**
    * True: an admitted check adds `cost` to the bucket. False: the bucket is checked only (the call must
-   * fit, as if it were charged) and keeps its count: a policy-denied call's shared buckets (DESIGN.md).
+   * fit, as if it were charged) and keeps its count: a policy-denied call's shared buckets (docs/budget.md, "What a call costs").
    */
   readonly charged: boolean
 }

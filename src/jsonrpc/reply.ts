@@ -3,7 +3,7 @@ import type { JsonRpcId } from '../pipeline/exchange'
 
 /**
  * Writes a response the gateway makes itself: always application/json with a JSON-RPC error body
- * (DESIGN.md, "Responses the gateway makes itself"). Never carries Mcp-Session-Id: the official
+ * (docs/gateway.md, "Responses the gateway makes itself"). Never carries Mcp-Session-Id: the official
  * client overwrites its session from any response.
  */
 export function writeRpcError(

@@ -1,5 +1,5 @@
 /**
- * The MCP methods that act on a target (DESIGN.md: a tool name, a prompt name or a resource URI),
+ * The MCP methods that act on a target (architecture.md: a tool name, a prompt name or a resource URI),
  * shared by the parser (which marks calls as gated and reads their target) and the policy (whose
  * rules may name them), so the two can never disagree.
  *

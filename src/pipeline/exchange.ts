@@ -69,7 +69,7 @@ export class Exchange {
   status = 0
   /**
    * Set by the policy stage when policy denies this request. The refusal itself is answered after the
-   * budget stage (DESIGN.md: budget before policy), which charges a denied call to the caller only.
+   * budget stage (architecture.md, Principles: budget before policy), which charges a denied call to the caller only.
    */
   denial: Refusal | null = null
   /** What the budget stage charged an admitted call, kept for a refund if the upstream never serves it (budget/stage.ts). */

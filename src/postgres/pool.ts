@@ -13,7 +13,7 @@ export interface PoolOptions {
   readonly connectionTimeoutMs?: number
   /**
    * Server-side bound on any statement on this pool, a backstop behind the tighter per-check bounds
-   * of the budget store (DESIGN.md "Storage"). Migrations lift it for themselves with SET LOCAL.
+   * of the budget store (docs/postgres.md). Migrations lift it for themselves with SET LOCAL.
    */
   readonly statementTimeoutMs?: number
   /** Client-side bound on one query: a hung network must not hold a request (or the audit loop) forever. */

@@ -309,7 +309,7 @@ function stageChain(config: Config, parts: StageParts): StageChain {
       const budget = store === null ? [] : [budgetStage(store, cfg.budget, metrics, log, budgetFailures)]
       const policy = policyStages(cfg, log, policies)
       // Policy judges first, so the budget stage knows a denied call (it charges only the caller's own
-      // bucket), and its verdict is answered after the budget: a call over budget gets 429 (DESIGN.md).
+      // bucket), and its verdict is answered after the budget: a call over budget gets 429 (architecture.md, Principles).
       const legacy = cfg.toolRefusals === 'result' ? [legacyReader] : []
       return [...leading, ...legacy, ...policy, ...budget, ...(policy.length === 0 ? [] : [policyVerdictStage])]
     },

@@ -1,6 +1,6 @@
 /**
- * Refunds of calls the MCP server never served (DESIGN.md "Budget semantics": "never served by the
- * upstream (unreachable, 429/503) → refunded"), through a real gateway, a real MemoryBudgetStore on a
+ * Refunds of calls the MCP server never served (docs/budget.md, "What a call costs": a call that
+ * never reached the upstream, or that it answered 429/503, is refunded), through a real gateway, a real MemoryBudgetStore on a
  * manual clock and a hand-written upstream on port 0 whose behaviour each test switches. What is
  * asserted is what an outsider sees: statuses, the RateLimit fields, later calls admitted or
  * throttled, the audit trail and /metrics.

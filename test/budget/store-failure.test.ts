@@ -1,6 +1,6 @@
 /**
- * What callers and operators see when the budget store fails or hangs (DESIGN.md: "Fail open,
- * visibly"), and what startup says about the budget configuration.
+ * What callers and operators see when the budget store fails or hangs (docs/budget.md, "How it fails": the call is
+ * admitted, and says so), and what startup says about the budget configuration.
  */
 import type { AdmitResult, BudgetStore } from '../../src/budget/store'
 import { gate } from '../e2e/raw-upstream'

@@ -7,7 +7,7 @@ import type { Migration } from './index'
  * reaper passes). fillfactor 70 leaves room on each page so the common update (count only, no indexed
  * column touched) is a HOT update: no index write, no bloat on the hot-key path.
  *
- * wardline_budget_admit is the whole check in one statement (DESIGN.md "Budget semantics": one round
+ * wardline_budget_admit is the whole check in one statement (architecture.md, Principles: one round
  * trip per request for all tiers):
  *  - rows are locked in key order, whatever order the tiers are checked in, so two checks sharing
  *    buckets queue behind each other instead of deadlocking;
