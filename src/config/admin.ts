@@ -1,4 +1,6 @@
+import { readListenAddress, sharesListener } from './listen-address'
 import type { Reader } from './reader'
+import { readTls } from './tls'
 import type { AdminConfig, Config } from './types'
 
 /**
@@ -11,17 +13,23 @@ export const MIN_ADMIN_TOKEN_BYTES = 32
 /**
  * The `admin:` block: `listen` (host:port) turns the admin API on; absent, there is no admin listener
  * (the default). `token` is required with it. The token's value is never part of a problem text.
+ * `tls` (cert_file, key_file) serves it over HTTPS.
  */
-export function readAdmin(r: Reader, value: unknown, mainListen: Config['listen'] | null): AdminConfig | null {
+export function readAdmin(
+  r: Reader,
+  value: unknown,
+  mainListen: Config['listen'] | null,
+  resolvePath: (p: string) => string,
+): AdminConfig | null {
   if (value === undefined || value === null) return null
-  const o = r.object(value, 'admin', ['listen', 'token'])
+  const o = r.object(value, 'admin', ['listen', 'token', 'tls'])
   if (o.listen === undefined || o.listen === null) {
     if (o.token !== undefined && o.token !== null) {
       r.note('admin.listen', 'is required when admin.token is set (remove the admin: block to keep the admin API off)')
     }
     return null
   }
-  const listen = readAdminListen(r, o.listen)
+  const listen = readListenAddress(r, o.listen, 'admin.listen', '127.0.0.1:9090')
   let token = ''
   if (o.token === undefined || o.token === null) {
     r.note('admin.token', 'is required when admin.listen is set (e.g. token: ${WARDLINE_ADMIN_TOKEN})')
@@ -41,27 +49,8 @@ export function readAdmin(r: Reader, value: unknown, mainListen: Config['listen'
   if (listen !== null && mainListen !== null && sharesListener(listen, mainListen)) {
     r.note('admin.listen', `must differ from listen (${mainListen.host}:${mainListen.port}): the admin API needs its own listener`)
   }
-  return listen === null ? null : { listen, token }
-}
-
-function readAdminListen(r: Reader, value: unknown): AdminConfig['listen'] | null {
-  const text = r.string(value, 'admin.listen', '', { nonEmpty: true })
-  if (text === '') return null
-  const match = /^(\[[^\]]+\]|[^:\s]+):(\d{1,5})$/.exec(text)
-  if (!match || Number(match[2]) > 65535) {
-    r.note('admin.listen', 'must be host:port with a port between 0 and 65535 (e.g. 127.0.0.1:9090)')
-    return null
-  }
-  return { host: match[1].replace(/^\[|\]$/g, ''), port: Number(match[2]) }
-}
-
-const WILDCARDS = new Set(['0.0.0.0', '::', '*'])
-
-/**
- * True when both would bind the same port on an overlapping address: equal ports (0 is a fresh port
- * each time, never a clash) on the same host, or with either on every interface.
- */
-function sharesListener(a: AdminConfig['listen'], b: Config['listen']): boolean {
-  if (a.port === 0 || a.port !== b.port) return false
-  return a.host.toLowerCase() === b.host.toLowerCase() || WILDCARDS.has(a.host) || WILDCARDS.has(b.host)
+  // Its own block, not the main listener's: the admin API is usually on loopback or a private network,
+  // where another certificate (or none) fits, and its CLI trusts the certificate this block names.
+  const tls = readTls(r, o.tls, 'admin.tls', resolvePath, { clientCertificates: false })
+  return listen === null ? null : { listen, token, tls }
 }

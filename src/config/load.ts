@@ -2,6 +2,8 @@ import { isIP } from 'node:net'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { ConfigError } from '../errors'
 import { readAdmin } from './admin'
+import { readMetrics } from './metrics'
+import { readTls } from './tls'
 import { readAuth, checkUrl } from './auth'
 import { readBudget } from './budget'
 import { expandEnv } from './env'
@@ -51,6 +53,8 @@ const TOP_LEVEL_KEYS = [
   'postgres',
   'tool_refusals',
   'admin',
+  'tls',
+  'metrics',
 ]
 const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
 
@@ -95,7 +99,8 @@ const BLOCK_READERS = {
   postgres: (r: Reader, node: unknown): PostgresConfig | null => readPostgres(r, node),
   // `wardline revoke` and `wardline budget`: where the admin API listens and its token (read alone, the
   // block cannot compare admin.listen with listen; serve and check-config do).
-  admin: (r: Reader, node: unknown): AdminConfig | null => readAdmin(r, node, null),
+  admin: (r: Reader, node: unknown, resolvePath: (p: string) => string): AdminConfig | null =>
+    readAdmin(r, node, null, resolvePath),
 }
 export type ConfigBlocks = { readonly [K in keyof typeof BLOCK_READERS]: ReturnType<(typeof BLOCK_READERS)[K]> }
 
@@ -156,6 +161,7 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   const features = readFeatures(r, o.features)
   const audit = readAudit(r, o.audit, resolvePath)
   const postgres = readPostgres(r, o.postgres)
+  const admin = readAdmin(r, o.admin, listen, resolvePath)
   const config: Config = {
     listen,
     upstream: {
@@ -195,7 +201,9 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     postgres,
     // `http` by default: what clients got before the key existed, and what budget.md documents.
     toolRefusals: r.oneOf<ToolRefusals>(o.tool_refusals, 'tool_refusals', ['http', 'result'], 'http'),
-    admin: readAdmin(r, o.admin, listen),
+    admin,
+    tls: readTls(r, o.tls, 'tls', resolvePath, { clientCertificates: true }),
+    metrics: readMetrics(r, o.metrics, listen, admin),
   }
 
   // Cross-field rules, after the shapes are known.

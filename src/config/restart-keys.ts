@@ -27,6 +27,9 @@ const RESTART_KEYS: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['postgres', (c) => c.postgres],
   // The listener is bound at startup; the token is compared as a digest made then.
   ['admin', (c) => c.admin],
+  // The paths only: SIGHUP re-reads the files they name (a renewed certificate) without a restart.
+  ['tls', (c) => c.tls],
+  ['metrics', (c) => c.metrics],
 ]
 
 /**

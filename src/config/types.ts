@@ -38,6 +38,25 @@ export interface Config {
   readonly toolRefusals: ToolRefusals
   /** The admin API (src/admin/); null: no admin listener (the default). */
   readonly admin: AdminConfig | null
+  /** `tls`: the main listener speaks HTTPS with these files; null: plain HTTP (the default). */
+  readonly tls: TlsConfig | null
+  /** `metrics`: /metrics on a listener of its own; null: on the main listener (the default). */
+  readonly metrics: MetricsConfig | null
+}
+
+/** A listener's certificate files (absolute paths), read at startup and re-read on SIGHUP (server/tls.ts). */
+export interface TlsConfig {
+  /** PEM: the certificate, then any intermediate certificates of its chain. */
+  readonly certFile: string
+  /** PEM: the certificate's private key, unencrypted. */
+  readonly keyFile: string
+  /** PEM: the CAs a client certificate must chain to; null: no client certificate asked for. */
+  readonly caFile: string | null
+}
+
+/** `metrics:`: where /metrics (and /healthz, /readyz) are served apart from the public listener. */
+export interface MetricsConfig {
+  readonly listen: { readonly host: string; readonly port: number }
 }
 
 /** `admin:`: the admin API's own listener and its bearer token (at least 32 bytes). */
@@ -45,6 +64,8 @@ export interface AdminConfig {
   readonly listen: { readonly host: string; readonly port: number }
   /** A secret: never logged, never part of a problem text. */
   readonly token: string
+  /** `admin.tls`: the admin API speaks HTTPS with these files (never client certificates); null: plain HTTP. */
+  readonly tls: TlsConfig | null
 }
 
 /**

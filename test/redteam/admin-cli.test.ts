@@ -49,7 +49,7 @@ describe('where the CLI connects', () => {
     ['::1', 9090, 'http://[::1]:9090'],
     ['localhost', 9090, 'http://localhost:9090'],
   ])('admin.listen %s:%d → %s', (host, port, url) => {
-    expect(adminBaseUrl({ listen: { host, port }, token: TOKEN })).toBe(url)
+    expect(adminBaseUrl({ listen: { host, port }, token: TOKEN, tls: null })).toBe(url)
   })
 
   test('[::]:port in the file reads as :: and reaches ::1', () => {
