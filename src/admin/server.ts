@@ -1,5 +1,6 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto'
-import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http'
+import { type IncomingMessage, type Server, type ServerOptions, type ServerResponse, createServer } from 'node:http'
+import { type Server as HttpsServer, createServer as createHttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { type AuditEntry, isoTimestamp } from '../audit/entry'
 import type { AuditTrail } from '../audit/trail'
@@ -7,6 +8,7 @@ import type { AdminConfig, Config } from '../config/types'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
 import { listenOrExplain } from '../server/listen'
+import { type TlsMaterial, logCertificate, reloadTls } from '../server/tls'
 import { hasControlCharacters } from '../pipeline/exchange'
 
 /** A store or list failure (the database down) in a route, with the target it was acting on, for the audit entry. */
@@ -88,40 +90,57 @@ export class AdminServer {
   private closing: Promise<void> | null = null
 
   private constructor(
-    config: AdminConfig,
+    private readonly config: AdminConfig,
     private readonly routes: AdminRoutes,
     private readonly audit: AuditTrail,
     private readonly log: Logger,
+    private readonly tls: TlsMaterial | null,
   ) {
     this.tokenDigest = digest(config.token)
-    this.server = createServer(
-      {
-        requestTimeout: REQUEST_TIMEOUT_MS,
-        headersTimeout: HEADERS_TIMEOUT_MS,
-        keepAliveTimeout: 5_000,
-        connectionsCheckingInterval: 1_000,
-      },
-      (req, res) => {
-        const call: Promise<void> = this.handle(req, res)
-          .catch((err: unknown) => {
-            log.error('admin API call failed unexpectedly', { error: describeError(err) })
-          })
-          .finally(() => this.running.delete(call))
-        this.running.add(call)
-      },
-    )
+    const options: ServerOptions = {
+      requestTimeout: REQUEST_TIMEOUT_MS,
+      headersTimeout: HEADERS_TIMEOUT_MS,
+      keepAliveTimeout: 5_000,
+      connectionsCheckingInterval: 1_000,
+    }
+    const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+      const call: Promise<void> = this.handle(req, res)
+        .catch((err: unknown) => {
+          log.error('admin API call failed unexpectedly', { error: describeError(err) })
+        })
+        .finally(() => this.running.delete(call))
+      this.running.add(call)
+    }
+    this.server =
+      tls === null
+        ? createServer(options, onRequest)
+        : (createHttpsServer({ ...options, ...tls.context, handshakeTimeout: HEADERS_TIMEOUT_MS }, onRequest) as unknown as Server)
   }
 
   /**
    * Listens on admin.listen; a port it cannot bind stops startup with WL_LISTEN_FAILED naming the key
    * (and the ${VAR} it came from, which `config`, the loaded file's Config, knows), as the main listener does.
    */
-  static async start(settings: AdminConfig, config: Config, routes: AdminRoutes, audit: AuditTrail, log: Logger): Promise<AdminServer> {
-    const admin = new AdminServer(settings, routes, audit, log)
+  static async start(
+    settings: AdminConfig,
+    config: Config,
+    routes: AdminRoutes,
+    audit: AuditTrail,
+    log: Logger,
+    tls: TlsMaterial | null = null,
+  ): Promise<AdminServer> {
+    const admin = new AdminServer(settings, routes, audit, log, tls)
     await listenOrExplain(admin.server, settings.listen, 'admin.listen', config)
     admin.server.on('error', (err) => log.error('admin listener error', { error: describeError(err) }))
-    log.info('admin API listening', { admin_listen: admin.address() })
+    if (tls !== null) logCertificate(log, 'admin.tls', tls)
+    log.info('admin API listening', { admin_listen: admin.address(), tls: tls === null ? 'off' : 'on' })
     return admin
+  }
+
+  /** SIGHUP: re-reads admin.tls's files (server/tls.ts reloadTls); false when they are kept or there is no TLS. */
+  reloadCertificates(): boolean {
+    if (this.tls === null || this.config.tls === null) return false
+    return reloadTls(this.server as unknown as HttpsServer, this.config.tls, 'admin.tls', this.log)
   }
 
   /** host:port it listens on (the real port when admin.listen asked for 0). */
@@ -131,7 +150,7 @@ export class AdminServer {
   }
 
   get url(): string {
-    return `http://${this.address()}`
+    return `${this.tls === null ? 'http' : 'https'}://${this.address()}`
   }
 
   /**

@@ -81,9 +81,13 @@ export async function serve(configPath: string): Promise<RunningGateway> {
 /**
  * SIGHUP: re-read the file and apply its budget and policy. A file that fails validation, or that
  * lacks an enforcement block the running file has (a file read mid-write: config/reload-guard.ts),
- * changes nothing: the running configuration stays, and every problem is logged.
+ * changes nothing: the running configuration stays, and every problem is logged. The TLS listeners
+ * re-read their certificate files first, whatever the file says: a renewal (certbot's deploy hook
+ * sending `kill -HUP`) does not wait for a valid config, and a bad certificate does not hold back
+ * a budget change.
  */
 export function reload(configPath: string, gateway: RunningGateway, log: Logger): boolean {
+  gateway.reloadCertificates()
   try {
     const next = loadConfig(configPath)
     addLogSecrets(log, configSecrets(next)) // a reload may bring a new secret (a rotated admin token)

@@ -99,8 +99,7 @@ const BLOCK_READERS = {
   postgres: (r: Reader, node: unknown): PostgresConfig | null => readPostgres(r, node),
   // `wardline revoke` and `wardline budget`: where the admin API listens and its token (read alone, the
   // block cannot compare admin.listen with listen; serve and check-config do).
-  admin: (r: Reader, node: unknown, resolvePath: (p: string) => string): AdminConfig | null =>
-    readAdmin(r, node, null, resolvePath),
+  admin: (r: Reader, node: unknown, resolvePath: (p: string) => string): AdminConfig | null => readAdmin(r, node, null, resolvePath),
 }
 export type ConfigBlocks = { readonly [K in keyof typeof BLOCK_READERS]: ReturnType<(typeof BLOCK_READERS)[K]> }
 

@@ -37,7 +37,7 @@ const MAX_REASON_VALUE = 200
  *   allowedHosts) only ever sees the gateway's target; this check takes its place.
  * - An Origin header must be in `allowed_origins` (MCP 2025-11-25, Streamable HTTP, "Security
  *   Warning": servers MUST validate Origin to prevent DNS rebinding), or be the request's own origin
- *   (`http://` + its Host) when that Host is vouched for: listed in allowed_hosts, or a loopback name
+ *   (`http://` + its Host, `https://` over the gateway's TLS) when that Host is vouched for: listed in allowed_hosts, or a loopback name
  *   (a rebinding page's Host is its own domain, never `localhost`). With allowed_origins empty and a
  *   loopback listener, a loopback origin (`http(s)://localhost|127.0.0.1|[::1]`, any port: the MCP
  *   Inspector's page) is accepted too, as the official SDK's servers accept any origin on loopback
@@ -62,7 +62,7 @@ export function httpStage(config: HttpConfig): Stage {
         const lower = origin.toLowerCase()
         if (
           !origins.has(lower) &&
-          !isSameOrigin(lower, ex.req.headers.host, hosts !== null) &&
+          !isSameOrigin(lower, ex.req.headers.host, hosts !== null, (ex.req.socket as { encrypted?: boolean }).encrypted === true) &&
           !(loopbackOrigins && LOOPBACK_ORIGIN.test(lower))
         ) {
           return forbidden('origin', origin, 'allowed_origins', 'Forbidden: origin not allowed')
@@ -94,14 +94,15 @@ const LOOPBACK_HOST = /^(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?$/
 const LOOPBACK_ORIGIN = /^https?:\/\/(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?$/
 
 /**
- * The request's own origin: the gateway speaks plain HTTP, so `http://` + the Host the browser
+ * The request's own origin: `http://`, or `https://` on the gateway's own TLS listener, + the Host the browser
  * addressed (RFC 6454 §4: scheme, host, port; Host omits the port exactly when the origin does). Only
  * for a Host that is vouched for: allowed_hosts was checked (`hostsChecked`; the Host check runs
  * next) or it is a loopback name. Without that, a DNS-rebinding page (`http://evil.example:8080`
  * resolving to this gateway) would be same-origin with its own Host.
  */
-function isSameOrigin(origin: string, host: string | undefined, hostsChecked: boolean): boolean {
-  if (host === undefined || origin.length !== host.length + 7 || !origin.startsWith('http://')) return false
+function isSameOrigin(origin: string, host: string | undefined, hostsChecked: boolean, encrypted: boolean): boolean {
+  const scheme = encrypted ? 'https://' : 'http://'
+  if (host === undefined || origin.length !== host.length + scheme.length || !origin.startsWith(scheme)) return false
   const lowerHost = host.toLowerCase()
   return origin.endsWith(lowerHost) && (hostsChecked || LOOPBACK_HOST.test(lowerHost))
 }

@@ -53,7 +53,9 @@ import { LegacyStreams } from '../upstream/legacy-streams'
 import { Gateway } from './gateway'
 import { lingerBounds } from './linger'
 import { type Closer, Lifecycle, type LifecycleParts } from './lifecycle'
+import { MetricsListener } from './metrics-listener'
 import { localRoutes } from './routes'
+import { type TlsMaterial, readTlsFiles } from './tls'
 
 export interface GatewayOptions {
   readonly log?: Logger
@@ -66,15 +68,17 @@ export interface GatewayOptions {
 }
 
 export interface RunningGateway {
-  /** http://host:port of the listener (the real port when config asked for 0). */
+  /** http://host:port of the listener, https:// with tls (the real port when config asked for 0). */
   readonly url: string
   readonly server: Server
   readonly metrics: Metrics
   readonly audit: AuditTrail
   /** The revocation list requests are judged against (memory, or the shared Postgres one). */
   readonly revocations: RevocationList
-  /** http://host:port of the admin API's listener (admin.listen; the real port for 0), or null when it is off. */
+  /** http(s)://host:port of the admin API's listener (admin.listen; the real port for 0), or null when it is off. */
   readonly adminUrl: string | null
+  /** http://host:port of the metrics listener (metrics.listen; the real port for 0), or null when /metrics is on the main one. */
+  readonly metricsUrl: string | null
   /** Graceful stop: readiness 503, stop accepting, let in-flight requests finish (bounded), flush audit, release. */
   shutdown(): Promise<void>
   /**
@@ -84,6 +88,14 @@ export interface RunningGateway {
    * changing nothing, when `next` lacks an enforcement key the last file set (config/reload-guard.ts).
    */
   reload(next: Config): string[]
+  /**
+   * Re-reads the certificate and key files of every TLS listener (tls, admin.tls) at the paths the
+   * gateway started with: new connections get them, open ones keep theirs. Files that fail to read,
+   * parse or match keep that listener's running certificate (logged at error). `wardline serve` calls
+   * it on every SIGHUP, whether or not the config file itself is valid. True when every TLS listener
+   * took its new files (and when there is none).
+   */
+  reloadCertificates(): boolean
 }
 
 /**
@@ -96,7 +108,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
   const metrics = new Metrics(options.processMetrics ?? false)
   /** Released in reverse order of acquisition at shutdown, after the audit trail is flushed. */
   const closers: Closer[] = []
-  const opened: Opened = { audit: null, revocations: null, admin: null }
+  const opened: Opened = { audit: null, revocations: null, admin: null, metrics: null }
   let lifecycle: Lifecycle | null = null
   let parts: LifecycleParts
   try {
@@ -122,8 +134,15 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     audit: parts.audit,
     revocations: opened.revocations as RevocationList,
     adminUrl: opened.admin?.url ?? null,
+    metricsUrl: opened.metrics?.url ?? null,
     shutdown: () => started.shutdown(),
     reload: (next) => started.reload(next),
+    reloadCertificates: () => {
+      // Both, even when the first fails: each listener keeps or replaces its own.
+      const main = config.tls === null || started.reloadCertificates()
+      const admin = opened.admin === null || config.admin?.tls == null || opened.admin.reloadCertificates()
+      return main && admin
+    },
   }
 }
 
@@ -133,6 +152,8 @@ interface Opened {
   revocations: RevocationList | null
   /** The admin API's listener, when admin.listen is set. */
   admin: AdminServer | null
+  /** The metrics listener, when metrics.listen is set. */
+  metrics: MetricsListener | null
 }
 
 /** Opens every adapter the config asks for and wires the stages, the gateway and the local routes. */
@@ -146,6 +167,9 @@ async function wire(
   draining: () => boolean,
 ): Promise<LifecycleParts> {
   const readiness: ReadinessCheck[] = []
+  // Certificates before anything opens: a missing or mismatched file stops startup naming the key and file.
+  const tls = config.tls === null ? null : readTlsFiles(config.tls, 'tls')
+  const adminTls: TlsMaterial | null = config.admin?.tls == null ? null : readTlsFiles(config.admin.tls, 'admin.tls')
   // Postgres first: with budget.on_store_error closed an unreachable database must stop startup before
   // anything listens; otherwise its bring-up goes on in the background (launched below). The pool is
   // the first closer, so it is released last (after the audit trail is flushed into it). The spill
@@ -220,7 +244,18 @@ async function wire(
     beforeMetrics: () => audit.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
     readyDetails: () => ({ ...(store === null ? {} : stages.budgetDetails()), ...revocations.details() }),
+    metricsElsewhere: config.metrics !== null,
   })
+  if (config.metrics === null) {
+    log.info(
+      '/metrics is served on the public listener without a token; metrics.listen (e.g. 127.0.0.1:9464) moves it to a listener of its own',
+    )
+  } else {
+    const metricsListener = (opened.metrics = await MetricsListener.start(config.metrics, config, routes, log))
+    // A closer, not one of the listeners closed as shutdown begins: a scrape during the drain still
+    // sees the last requests counted, and /readyz there says 503 until the end.
+    closers.push(() => metricsListener.close())
+  }
   if (config.admin !== null) {
     // Last, once everything it reads exists: a reload changes the budget config it reports on.
     const routesOfAdmin = adminRoutes({
@@ -229,11 +264,11 @@ async function wire(
       scope: config.features.postgresStorage ? 'all replicas' : 'this replica',
       revocations,
     })
-    const admin = (opened.admin = await AdminServer.start(config.admin, config, routesOfAdmin, audit, log))
+    const admin = (opened.admin = await AdminServer.start(config.admin, config, routesOfAdmin, audit, log, adminTls))
     closers.push(() => admin.close()) // a startup that fails after this point releases it here
   }
   const listeners = opened.admin === null ? [] : [() => opened.admin?.close()]
-  return { gateway, routes, audit, log, closers, listeners, applyReload }
+  return { gateway, routes, audit, log, closers, listeners, applyReload, tls }
 }
 
 /** The request stages, in order, as a function of the reloadable config (budget and policy). */

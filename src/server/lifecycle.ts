@@ -1,4 +1,5 @@
-import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http'
+import { type IncomingMessage, type Server, type ServerOptions, type ServerResponse, createServer } from 'node:http'
+import { type Server as HttpsServer, createServer as createHttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AuditTrail } from '../audit/trail'
@@ -9,6 +10,7 @@ import type { Logger } from '../log'
 import type { Gateway } from './gateway'
 import { listenOrExplain } from './listen'
 import type { LocalRoutes } from './routes'
+import { type TlsMaterial, logCertificate, reloadTls } from './tls'
 
 /**
  * The gateway's states, in the only order it goes through them:
@@ -37,7 +39,15 @@ export interface LifecycleParts {
   readonly listeners?: readonly Closer[]
   /** Builds and swaps in what a reload changes (compose.ts knows how); returns the keys that need a restart. */
   readonly applyReload: (next: Config) => string[]
+  /** The main listener's certificate and key, read by compose.ts when config.tls is set: it speaks HTTPS. */
+  readonly tls?: TlsMaterial | null
 }
+
+/**
+ * Longest a client may take over its TLS handshake: Node's default of 120 s would let a peer that
+ * opens connections and never says a word hold each socket for two minutes.
+ */
+const TLS_HANDSHAKE_TIMEOUT_MS = 10_000
 
 /** Longest wait at shutdown for the audit sinks to take every queued entry. */
 const AUDIT_CLOSE_TIMEOUT_MS = 30_000
@@ -56,17 +66,39 @@ export class Lifecycle {
     private readonly parts: LifecycleParts,
   ) {
     const requestTimeoutMs = config.limits.requestTimeoutSeconds * 1000
-    this.server = createServer(
+    const options: ServerOptions = {
+      keepAliveTimeout: 65_000,
+      // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
+      // response: SSE streams stay open for as long as the client wants.
+      requestTimeout: requestTimeoutMs,
+      headersTimeout: Math.min(60_000, requestTimeoutMs),
+      connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
+    }
+    const tls = parts.tls ?? null
+    if (tls === null) {
+      this.server = createServer(options, this.onRequest)
+      return
+    }
+    const clientCertificates = config.tls?.caFile != null
+    const https = createHttpsServer(
       {
-        keepAliveTimeout: 65_000,
-        // Node's requestTimeout covers receiving the request (a trickled body gets 408), never the
-        // response: SSE streams stay open for as long as the client wants.
-        requestTimeout: requestTimeoutMs,
-        headersTimeout: Math.min(60_000, requestTimeoutMs),
-        connectionsCheckingInterval: Math.min(30_000, Math.max(100, requestTimeoutMs / 4)),
+        ...options,
+        ...tls.context,
+        handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS,
+        // tls.ca_file: a client without a certificate chaining to it fails the handshake (no HTTP at all).
+        requestCert: clientCertificates,
+        rejectUnauthorized: clientCertificates,
       },
       this.onRequest,
     )
+    // A failed handshake (plain HTTP on this port, TLS 1.1, no client certificate) ends that connection
+    // only; Node destroys the socket. Debug, not warn: any scanner can cause one per connection.
+    https.on('tlsClientError', (err, socket) => {
+      if (parts.log.isDebugEnabled()) {
+        parts.log.debug('tls handshake failed', { peer: socket.remoteAddress ?? '', error: describeError(err) })
+      }
+    })
+    this.server = https as unknown as Server
   }
 
   get state(): LifecycleState {
@@ -96,12 +128,25 @@ export class Lifecycle {
     this.current = 'serving'
     const address = this.server.address() as AddressInfo
     const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address
+    const tls = this.parts.tls ?? null
+    if (tls !== null) logCertificate(this.parts.log, 'tls', tls)
     this.parts.log.info('wardline listening', {
       listen: `${shown}:${address.port}`,
       upstream: this.config.upstream.url,
       auth: this.config.auth.mode,
+      tls: tls === null ? 'off' : this.config.tls?.caFile != null ? 'on, client certificates required' : 'on',
     })
-    return `http://${shown}:${address.port}`
+    return `${tls === null ? 'http' : 'https'}://${shown}:${address.port}`
+  }
+
+  /**
+   * SIGHUP: re-reads tls.cert_file and tls.key_file (the paths the gateway started with) and serves them
+   * to new connections. Files that are unreadable, not PEM or do not match keep the running certificate
+   * (logged at error). False then, or when the listener has no TLS.
+   */
+  reloadCertificates(): boolean {
+    if (this.config.tls === null || (this.parts.tls ?? null) === null) return false
+    return reloadTls(this.server as unknown as HttpsServer, this.config.tls, 'tls', this.parts.log)
   }
 
   /** Applies a new config's reloadable keys while serving; while draining or stopped it changes nothing. */

@@ -6,6 +6,8 @@ import { type ReadinessCheck, SharedReadiness } from '../readiness'
 export interface LocalRoutes {
   /** Answers the request when it is one of the gateway's own endpoints; false means "proxy it". */
   handle(req: IncomingMessage, res: ServerResponse): boolean
+  /** The metrics listener's routes (metrics.listen): /metrics, /healthz, /readyz; false for anything else. */
+  handleMonitoring(req: IncomingMessage, res: ServerResponse): boolean
 }
 
 export interface RouteDeps {
@@ -21,6 +23,8 @@ export interface RouteDeps {
   readonly readinessMaxAgeMs?: number
   /** Monotonic clock for that age (tests inject one). */
   readonly now?: () => number
+  /** metrics.listen is set: /metrics is served there, and the main listener answers it 404 (never proxied). */
+  readonly metricsElsewhere?: boolean
 }
 
 const PROTECTED_RESOURCE = '/.well-known/oauth-protected-resource'
@@ -37,7 +41,7 @@ const DISCOVERY_PATH =
 const NOT_FOUND_BODY = JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: 404, message: 'Not found' } })
 
 /**
- * /healthz, /readyz, /metrics (any method), the RFC 9728 metadata, and a 404 to every other OAuth/OpenID
+ * /healthz, /readyz, /metrics (any method; a 404 when metrics.listen serves it), the RFC 9728 metadata, and a 404 to every other OAuth/OpenID
  * discovery GET: never proxied, never audited.
  */
 export function localRoutes(deps: RouteDeps): LocalRoutes {
@@ -56,7 +60,26 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
           ...(deps.resourceMetadata.scopesSupported.length ? { scopes_supported: deps.resourceMetadata.scopesSupported } : {}),
           bearer_methods_supported: ['header'],
         })
-  return {
+  const serveMetrics = (res: ServerResponse): void => {
+    deps.beforeMetrics()
+    deps.metrics.registry.metrics().then(
+      (text) => {
+        res.writeHead(200, { 'content-type': deps.metrics.registry.contentType })
+        res.end(text)
+      },
+      () => json(res, 500, { status: 'error' }),
+    )
+  }
+  const metricsHere = deps.metricsElsewhere !== true
+  const routes: LocalRoutes = {
+    handleMonitoring(req, res) {
+      const url = req.url ?? '/'
+      const path = url.split('?', 1)[0]
+      if (path === '/metrics') serveMetrics(res)
+      else if (path === '/healthz' || path === '/readyz') routes.handle(req, res)
+      else return false
+      return true
+    },
     handle(req, res) {
       const url = req.url ?? '/'
       const q = url.indexOf('?')
@@ -70,14 +93,13 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
         return true
       }
       if (path === '/metrics') {
-        deps.beforeMetrics()
-        deps.metrics.registry.metrics().then(
-          (text) => {
-            res.writeHead(200, { 'content-type': deps.metrics.registry.contentType })
-            res.end(text)
-          },
-          () => json(res, 500, { status: 'error' }),
-        )
+        if (metricsHere) serveMetrics(res)
+        else {
+          // Answered, not proxied: the path is the gateway's, and a scraper left on the old address
+          // gets a plain 404 rather than whatever the upstream makes of it.
+          res.writeHead(404, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': NOT_FOUND_BODY.length })
+          res.end(NOT_FOUND_BODY)
+        }
         return true
       }
       if (metadataBody !== null && (path === PROTECTED_RESOURCE || path.startsWith(`${PROTECTED_RESOURCE}/`))) {
@@ -102,6 +124,7 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
       return false
     },
   }
+  return routes
 }
 
 /** Longest a /readyz answer's checks may be out of date. */

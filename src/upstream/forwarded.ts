@@ -36,16 +36,22 @@ export class ForwardedHeaders {
       out.push('x-forwarded-for', prior ? `${prior}, ${peer}` : peer)
       const host = headerValue(h['x-forwarded-host']) ?? h.host
       if (host !== undefined) out.push('x-forwarded-host', host)
-      out.push('x-forwarded-proto', headerValue(h['x-forwarded-proto']) ?? 'http')
+      out.push('x-forwarded-proto', headerValue(h['x-forwarded-proto']) ?? schemeOf(req))
       const forwarded = headerValue(h.forwarded)
       if (forwarded !== undefined) out.push('forwarded', forwarded)
       return
     }
     if (peer !== '') out.push('x-forwarded-for', peer)
     if (h.host !== undefined) out.push('x-forwarded-host', h.host)
-    // The gateway listens on plain HTTP (TLS, if any, ends at a proxy in front, which must be trusted to say so).
-    out.push('x-forwarded-proto', 'http')
+    // What this connection is: TLS ends here (tls:) or, for plain HTTP, at a proxy in front, which must
+    // be trusted to say so.
+    out.push('x-forwarded-proto', schemeOf(req))
   }
+}
+
+/** `https` on a connection the gateway's own TLS listener accepted, else `http`. */
+export function schemeOf(req: IncomingMessage): 'http' | 'https' {
+  return (req.socket as { encrypted?: boolean }).encrypted === true ? 'https' : 'http'
 }
 
 /** An IPv4 client of a dual-stack listener shows as ::ffff:10.1.2.3; the chain names it 10.1.2.3. */
