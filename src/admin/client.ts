@@ -1,4 +1,7 @@
+import { X509Certificate } from 'node:crypto'
 import { userInfo } from 'node:os'
+import { type PeerCertificate, checkServerIdentity, rootCertificates } from 'node:tls'
+import { Agent, fetch as undiciFetch } from 'undici'
 import type { AdminConfig } from '../config/types'
 
 /** Why an admin call did not get an answer it could use; `message` is what the CLI prints. */
@@ -20,7 +23,7 @@ export class AdminClientError extends Error {
 export function adminBaseUrl(admin: AdminConfig): string {
   const { host, port } = admin.listen
   const reach = host === '0.0.0.0' || host === '*' ? '127.0.0.1' : host === '::' ? '::1' : host
-  return `http://${reach.includes(':') ? `[${reach}]` : reach}:${port}`
+  return `${admin.tls === null ? 'http' : 'https'}://${reach.includes(':') ? `[${reach}]` : reach}:${port}`
 }
 
 export interface AdminCall {
@@ -29,6 +32,13 @@ export interface AdminCall {
   readonly path: string
   readonly body?: unknown
   readonly timeoutMs?: number
+  /**
+   * With admin.tls: the PEM of admin.tls.cert_file, which the CLI reads from the same config as the
+   * gateway. Its first certificate is trusted as it is, whatever name it was issued for (the CLI dials
+   * 127.0.0.1, rarely a name on a certificate); any other certificate must chain to the system CAs and
+   * name the host as usual.
+   */
+  readonly trust?: string
 }
 
 /**
@@ -39,8 +49,10 @@ export interface AdminCall {
 export async function callAdmin(baseUrl: string, token: string, call: AdminCall): Promise<unknown> {
   const timeoutMs = call.timeoutMs ?? 10_000
   let res: Response
+  const dispatcher = call.trust === undefined ? undefined : pinnedAgent(call.trust)
   try {
-    res = await fetch(`${baseUrl}${call.path}`, {
+    res = await (dispatcher === undefined ? fetch : (undiciFetch as unknown as typeof fetch))(`${baseUrl}${call.path}`, {
+      ...(dispatcher === undefined ? {} : ({ dispatcher } as object)),
       method: call.method,
       headers: {
         authorization: `Bearer ${token}`,
@@ -51,6 +63,7 @@ export async function callAdmin(baseUrl: string, token: string, call: AdminCall)
       signal: AbortSignal.timeout(timeoutMs),
     })
   } catch (err) {
+    await dispatcher?.close()
     throw failed(err, baseUrl, timeoutMs, call.method)
   }
   let text: string
@@ -59,6 +72,8 @@ export async function callAdmin(baseUrl: string, token: string, call: AdminCall)
     text = await res.text()
   } catch (err) {
     throw failed(err, baseUrl, timeoutMs, call.method)
+  } finally {
+    await dispatcher?.close()
   }
   let body: unknown
   try {
@@ -77,6 +92,28 @@ export async function callAdmin(baseUrl: string, token: string, call: AdminCall)
   throw new AdminClientError(`${res.status}: ${typeof message === 'string' ? message : text.trim()}`, res.status)
 }
 
+/**
+ * A connection pool that trusts the certificates of `pem` besides the system's (partial chains
+ * allowed, so a leaf in the file is a trust anchor by itself) and accepts its first certificate for any
+ * host name: the CLI pins what the gateway was configured to serve.
+ */
+function pinnedAgent(pem: string): Agent {
+  let pinned: string | null = null
+  try {
+    pinned = new X509Certificate(pem).fingerprint256
+  } catch {
+    // Not a certificate: nothing pinned; the system CAs and the host name decide, and say why not.
+  }
+  return new Agent({
+    connect: {
+      ca: [...rootCertificates, pem],
+      allowPartialTrustChain: true,
+      checkServerIdentity: (host: string, cert: PeerCertificate) =>
+        cert.fingerprint256 === pinned ? undefined : checkServerIdentity(host, cert),
+    },
+  })
+}
+
 /** Why no usable answer came: the timeout, or the connection (refused, reset, …). */
 function failed(err: unknown, baseUrl: string, timeoutMs: number, method: AdminCall['method']): AdminClientError {
   const e = err as Error & { cause?: { code?: string } }
@@ -86,6 +123,11 @@ function failed(err: unknown, baseUrl: string, timeoutMs: number, method: AdminC
     return new AdminClientError(`the admin API at ${baseUrl} did not answer within ${timeoutMs / 1000} s${change}`)
   }
   const code = e.cause?.code ?? e.message
+  if (/CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO/.test(code)) {
+    return new AdminClientError(
+      `the admin API at ${baseUrl} presented a certificate the CLI does not accept (${code}): it trusts admin.tls.cert_file of this config and the system CAs (send the gateway SIGHUP after renewing the file)`,
+    )
+  }
   return new AdminClientError(`cannot reach the admin API at ${baseUrl} (${code}): is the gateway running with this admin.listen?`)
 }
 

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { type Command, Option } from 'commander'
 import type { BucketReport } from '../admin/budgets'
 import { AdminClientError, adminBaseUrl, callAdmin } from '../admin/client'
@@ -78,6 +79,8 @@ interface AdminTarget {
   readonly token: string
   readonly timeoutMs: number
   readonly json: boolean
+  /** admin.tls.cert_file's PEM: the certificate the CLI trusts as the admin API's (admin/client.ts). */
+  readonly trust?: string
 }
 
 function timeoutOption(): Option {
@@ -86,6 +89,15 @@ function timeoutOption(): Option {
 
 /** A refusal the user can fix from the command line: printed as it is, exit 1. */
 class UsageError extends Error {}
+
+/** admin.tls.cert_file, which the CLI must read to know the certificate it will be shown. */
+function readTrust(path: string): string {
+  try {
+    return readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new UsageError(`admin.tls.cert_file: ${path} cannot be read (${(err as NodeJS.ErrnoException).code ?? describeError(err)})`)
+  }
+}
 
 async function run(configPath: string, opts: CommonOptions, body: (target: AdminTarget) => Promise<string>): Promise<void> {
   try {
@@ -104,7 +116,13 @@ async function run(configPath: string, opts: CommonOptions, body: (target: Admin
       // Port 0 is a fresh port each start: only the running gateway knows it (its log line "admin API listening").
       throw new UsageError(`${configPath}: admin.listen has port 0, so the CLI cannot know the admin API's port: set a fixed port`)
     }
-    const out = await body({ baseUrl: adminBaseUrl(admin), token: admin.token, timeoutMs: timeout * 1000, json: opts.json === true })
+    const out = await body({
+      baseUrl: adminBaseUrl(admin),
+      token: admin.token,
+      timeoutMs: timeout * 1000,
+      json: opts.json === true,
+      ...(admin.tls === null ? {} : { trust: readTrust(admin.tls.certFile) }),
+    })
     process.stdout.write(out.endsWith('\n') ? out : `${out}\n`)
   } catch (err) {
     const message = err instanceof UsageError || err instanceof AdminClientError ? err.message : describeError(err)
@@ -116,7 +134,7 @@ async function run(configPath: string, opts: CommonOptions, body: (target: Admin
 
 async function revoke(target: AdminTarget, opts: RevokeOptions): Promise<string> {
   const call = (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<unknown> =>
-    callAdmin(target.baseUrl, target.token, { method, path, body, timeoutMs: target.timeoutMs })
+    callAdmin(target.baseUrl, target.token, { method, path, body, timeoutMs: target.timeoutMs, trust: target.trust })
   if (opts.list && opts.remove) throw new UsageError('--list and --remove cannot be used together')
   if (opts.list) {
     if (opts.identity !== undefined) throw new UsageError('--list lists every revocation: leave out --identity')
@@ -180,6 +198,7 @@ async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: Budg
     method: action === 'show' ? 'GET' : 'DELETE',
     path,
     timeoutMs: target.timeoutMs,
+    trust: target.trust,
   })) as { scope: string; buckets?: BucketReport[]; reset?: BucketReport[]; notes: string[] }
   if (target.json) return json(answer)
   const rows = (action === 'show' ? answer.buckets : answer.reset) ?? []
