@@ -564,6 +564,15 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   admin: 'The admin API on its own listener, off unless listen is set.',
   'admin.listen': 'host:port of the admin listener; must differ from listen.',
   'admin.token': 'Bearer token for the admin API, at least 32 bytes: use ${WARDLINE_ADMIN_TOKEN}.',
+  'admin.tls': 'Serve the admin API over HTTPS; the CLI trusts the certificate cert_file names.',
+  'admin.tls.cert_file': 'PEM certificate of the admin listener, its chain after it (relative to this file).',
+  'admin.tls.key_file': 'PEM private key of that certificate, unencrypted.',
+  tls: 'Serve the main listener over HTTPS (TLS 1.2+); SIGHUP re-reads the files.',
+  'tls.cert_file': 'PEM certificate, its intermediate certificates after it (relative to this file).',
+  'tls.key_file': 'PEM private key of that certificate, unencrypted.',
+  'tls.ca_file': 'PEM CA certificates a client certificate must chain to; set: every client must present one.',
+  metrics: 'Where /metrics is served.',
+  'metrics.listen': 'host:port of a plain-HTTP listener for /metrics, /healthz and /readyz; /metrics then answers 404 on listen.',
 }
 
 /** Description patterns, for the test that no line describes a key that no longer exists. */

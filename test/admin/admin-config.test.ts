@@ -19,7 +19,7 @@ describe('the admin: block', () => {
       { upstream: 'http://127.0.0.1:3001', auth: { mode: 'header' }, admin: { listen: '[::1]:9090', token: '${T}' } },
       { T: TOKEN },
     )
-    expect(config.admin).toEqual({ listen: { host: '::1', port: 9090 }, token: TOKEN })
+    expect(config.admin).toEqual({ listen: { host: '::1', port: 9090 }, token: TOKEN, tls: null })
   })
 
   test.each([
@@ -46,7 +46,16 @@ describe('the admin: block', () => {
       `admin: {listen: 0.0.0.0:8080, token: ${TOKEN}}`,
       'admin.listen: must differ from listen (127.0.0.1:8080): the admin API needs its own listener',
     ],
-    [`admin: {listen: 127.0.0.1:9090, token: ${TOKEN}, tls: true}`, 'admin.tls: unknown key (allowed: listen, token)'],
+    [`admin: {listen: 127.0.0.1:9090, token: ${TOKEN}, tls: true}`, 'admin.tls: must be a mapping'],
+    [
+      `admin: {listen: 127.0.0.1:9090, token: ${TOKEN}, tls: {cert_file: a.pem}}`,
+      'admin.tls.key_file: is required in admin.tls (the PEM private key of the certificate)',
+    ],
+    [
+      `admin: {listen: 127.0.0.1:9090, token: ${TOKEN}, tls: {cert_file: a.pem, key_file: b.pem, ca_file: c.pem}}`,
+      'admin.tls.ca_file: unknown key (allowed: cert_file, key_file)',
+    ],
+    [`admin: {listen: 127.0.0.1:9090, token: ${TOKEN}, ssl: true}`, 'admin.ssl: unknown key (allowed: listen, token, tls)'],
     [`admin: {listen: 127.0.0.1:9090, token: '\${ADMIN_T}'}`, 'admin.token: environment variable ADMIN_T is not set'],
   ])('%s is refused: %s', (block, problem) => {
     expect(configProblems(`${BASE}${block}\n`)).toEqual([problem])

@@ -15,10 +15,11 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { Agent as UndiciAgent, fetch as undiciFetch } from 'undici'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { callAdmin } from '../../src/admin/client'
+import { keysNeedingRestart } from '../../src/config/restart-keys'
 import { createLogger, silentLogger } from '../../src/log'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { type IssuedCertificate, type TestCa, makeTestCa } from '../helpers/certificates'
-import { as, configFrom, tempDir } from '../helpers/harness'
+import { as, configFrom, configProblems, tempDir } from '../helpers/harness'
 
 const ADMIN_TOKEN = 'a'.repeat(64)
 
@@ -380,5 +381,38 @@ describe('the admin listener over TLS (admin.tls)', () => {
     } finally {
       await gateway.shutdown()
     }
+  })
+})
+
+describe('the tls: block in the file', () => {
+  const base = 'upstream: http://127.0.0.1:1\nauth: {mode: header}\n'
+  test.each([
+    ['tls: {cert_file: a.pem, key_file: b.pem}', []],
+    ['tls: {cert_file: a.pem, key_file: b.pem, ca_file: c.pem}', []],
+    ['tls: {cert_file: a.pem}', ['tls.key_file: is required in tls (the PEM private key of the certificate)']],
+    ['tls: {key_file: b.pem}', ['tls.cert_file: is required in tls (the PEM certificate, its chain after it)']],
+    ['tls: {cert_file: "", key_file: b.pem}', ['tls.cert_file: must not be empty']],
+    ['tls: on', ['tls: must be a mapping']],
+    [
+      'tls: {cert_file: a.pem, key_file: b.pem, min_version: TLSv1.3}',
+      ['tls.min_version: unknown key (allowed: cert_file, key_file, ca_file)'],
+    ],
+  ])('%s', (text, problems) => {
+    expect(configProblems(base + text)).toEqual(problems)
+  })
+
+  test('paths are relative to the config file, and changing them is a restart key (SIGHUP re-reads the same paths)', () => {
+    const a = configFrom(
+      { upstream: 'http://127.0.0.1:1', auth: { mode: 'header' }, tls: { cert_file: 'a.pem', key_file: 'b.pem' } },
+      {},
+      '/etc/wardline',
+    )
+    expect(a.tls).toEqual({ certFile: '/etc/wardline/a.pem', keyFile: '/etc/wardline/b.pem', caFile: null })
+    const b = configFrom(
+      { upstream: 'http://127.0.0.1:1', auth: { mode: 'header' }, tls: { cert_file: 'c.pem', key_file: 'b.pem' } },
+      {},
+      '/etc/wardline',
+    )
+    expect(keysNeedingRestart(a, b)).toEqual(['tls'])
   })
 })
