@@ -177,6 +177,26 @@ describe('the main listener over TLS', () => {
   })
 })
 
+test("over TLS a page's own origin is https:// + its Host, and http:// + the same Host is a foreign origin", async () => {
+  const gateway = await startGateway(configFrom(tree({ allowed_hosts: ['wardline.test'], allowed_origins: ['https://console.example'] })), {
+    log: silentLogger(),
+  })
+  try {
+    const host = `wardline.test:${new URL(gateway.url).port}`
+    const call = (origin: string): ReturnType<typeof get> =>
+      get(`${gateway.url}/mcp`, {
+        ca: ca.certPem,
+        agent: false,
+        servername: 'localhost',
+        headers: { host, origin, ...as('alice', 'acme') },
+      })
+    expect((await call(`https://${host}`)).status).not.toBe(403)
+    expect(await call(`http://${host}`)).toMatchObject({ status: 403, body: expect.stringContaining('origin not allowed') as unknown })
+  } finally {
+    await gateway.shutdown()
+  }
+})
+
 describe('certificates replaced while serving', () => {
   test('after reloadCertificates a kept-alive connection keeps working on its socket and a new connection gets the new certificate', async () => {
     const files = { cert: join(dir, 'live.pem'), key: join(dir, 'live-key.pem') }
