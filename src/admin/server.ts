@@ -114,7 +114,7 @@ export class AdminServer {
     this.server =
       tls === null
         ? createServer(options, onRequest)
-        : (createHttpsServer({ ...options, ...tls.context, handshakeTimeout: HEADERS_TIMEOUT_MS }, onRequest) as unknown as Server)
+        : createHttpsServer({ ...options, ...tls.context, handshakeTimeout: HEADERS_TIMEOUT_MS }, onRequest)
   }
 
   /**

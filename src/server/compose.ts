@@ -140,7 +140,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
     reloadCertificates: () => {
       // Both, even when the first fails: each listener keeps or replaces its own.
       const main = config.tls === null || started.reloadCertificates()
-      const admin = opened.admin === null || config.admin?.tls == null || opened.admin.reloadCertificates()
+      const admin = opened.admin === null || (config.admin?.tls ?? null) === null || opened.admin.reloadCertificates()
       return main && admin
     },
   }
@@ -169,7 +169,7 @@ async function wire(
   const readiness: ReadinessCheck[] = []
   // Certificates before anything opens: a missing or mismatched file stops startup naming the key and file.
   const tls = config.tls === null ? null : readTlsFiles(config.tls, 'tls')
-  const adminTls: TlsMaterial | null = config.admin?.tls == null ? null : readTlsFiles(config.admin.tls, 'admin.tls')
+  const adminTls: TlsMaterial | null = config.admin?.tls ? readTlsFiles(config.admin.tls, 'admin.tls') : null
   // Postgres first: with budget.on_store_error closed an unreachable database must stop startup before
   // anything listens; otherwise its bring-up goes on in the background (launched below). The pool is
   // the first closer, so it is released last (after the audit trail is flushed into it). The spill

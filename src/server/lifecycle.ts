@@ -79,7 +79,7 @@ export class Lifecycle {
       this.server = createServer(options, this.onRequest)
       return
     }
-    const clientCertificates = config.tls?.caFile != null
+    const clientCertificates = (config.tls?.caFile ?? null) !== null
     const https = createHttpsServer(
       {
         ...options,
@@ -98,7 +98,7 @@ export class Lifecycle {
         parts.log.debug('tls handshake failed', { peer: socket.remoteAddress ?? '', error: describeError(err) })
       }
     })
-    this.server = https as unknown as Server
+    this.server = https
   }
 
   get state(): LifecycleState {
@@ -134,7 +134,7 @@ export class Lifecycle {
       listen: `${shown}:${address.port}`,
       upstream: this.config.upstream.url,
       auth: this.config.auth.mode,
-      tls: tls === null ? 'off' : this.config.tls?.caFile != null ? 'on, client certificates required' : 'on',
+      tls: tls === null ? 'off' : (this.config.tls?.caFile ?? null) !== null ? 'on, client certificates required' : 'on',
     })
     return `${tls === null ? 'http' : 'https'}://${shown}:${address.port}`
   }

@@ -9,7 +9,8 @@ import { request as httpRequest } from 'node:http'
 import { Agent, type RequestOptions, request } from 'node:https'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
-import { type ConnectionOptions, connect, createServer as createTlsServer } from 'node:tls'
+import type { AddressInfo } from 'node:net'
+import { type ConnectionOptions, type TLSSocket, connect, createServer as createTlsServer } from 'node:tls'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { Agent as UndiciAgent, fetch as undiciFetch } from 'undici'
@@ -31,7 +32,7 @@ function get(
   return new Promise((resolve, reject) => {
     const req = request(url, options, (res) => {
       // Read now: a kept-alive socket leaves the response for the agent's pool once it has ended.
-      const socket = res.socket as import('node:tls').TLSSocket
+      const socket = res.socket as TLSSocket
       const fingerprint = socket.getPeerCertificate().fingerprint256
       const localPort = socket.localPort ?? 0
       let body = ''
@@ -155,7 +156,7 @@ describe('the main listener over TLS', () => {
     )
     await new Promise<void>((resolve) => lenient.listen(0, '127.0.0.1', resolve))
     try {
-      const lenientPort = (lenient.address() as import('node:net').AddressInfo).port
+      const lenientPort = (lenient.address() as AddressInfo).port
       expect(await handshake(lenientPort, 'TLSv1.1')).toBe('TLSv1.1')
       await expect(handshake(port, 'TLSv1.1')).rejects.toThrow(/protocol version|unsupported protocol|alert/i)
       expect(await handshake(port, 'TLSv1.2')).toBe('TLSv1.2')
