@@ -26,10 +26,8 @@ export function readAdmin(
   if (o.listen === undefined || o.listen === null) {
     if (o.token !== undefined && o.token !== null) {
       r.note('admin.listen', 'is required when admin.token is set (remove the admin: block to keep the admin API off)')
-    } else if (o.tls !== undefined && o.tls !== null) {
-      r.note('admin.listen', 'is required when admin.tls is set (remove the admin: block to keep the admin API off)')
     }
-    // Its shape is checked all the same: every problem of the file is reported at once.
+    // No listener, nothing served (as `admin: {}`), but its shape is checked: every problem at once.
     readTls(r, o.tls, 'admin.tls', resolvePath, { clientCertificates: false })
     return null
   }
