@@ -9,7 +9,7 @@ import { request as httpRequest } from 'node:http'
 import { Agent, type RequestOptions, request } from 'node:https'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
-import type { AddressInfo } from 'node:net'
+import { type AddressInfo, connect as netConnect } from 'node:net'
 import { type ConnectionOptions, type TLSSocket, connect, createServer as createTlsServer } from 'node:tls'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -164,6 +164,18 @@ describe('the main listener over TLS', () => {
       lenient.close()
     }
   })
+
+  test('a peer that connects and never completes a handshake is cut off after 10 s, and others are served meanwhile', async () => {
+    const started = Date.now()
+    const socket = netConnect(Number(new URL(gateway.url).port), '127.0.0.1')
+    socket.write(Buffer.from([0x16, 0x03, 0x01])) // the first bytes of a ClientHello, then silence
+    const closed = new Promise<number>((resolve) => socket.on('close', () => resolve(Date.now() - started)))
+    socket.on('error', () => undefined)
+    expect((await get(`${gateway.url}/healthz`, { ca: ca.certPem, agent: false })).status).toBe(200)
+    const after = await closed
+    expect(after).toBeGreaterThanOrEqual(9_500)
+    expect(after).toBeLessThan(13_000) // Node's own default would have been 120 s
+  }, 20_000)
 
   test('plain HTTP on the TLS port gets its connection closed, and the gateway keeps serving https', async () => {
     const failed = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
