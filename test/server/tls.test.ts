@@ -45,6 +45,20 @@ function get(
   })
 }
 
+/** A bare TLS handshake offering at most `maxVersion`; resolves with the version agreed. */
+function handshake(port: number, maxVersion: ConnectionOptions['maxVersion']): Promise<string> {
+  return new Promise((resolve, reject) => {
+    // SECLEVEL=0: OpenSSL 3 refuses to offer TLS 1.1 at all otherwise; the refusal must be the server's.
+    const socket = connect({ port, host: '127.0.0.1', ca: ca.certPem, minVersion: 'TLSv1', maxVersion, ciphers: 'DEFAULT@SECLEVEL=0' })
+    socket.once('secureConnect', () => {
+      const version = socket.getProtocol() ?? ''
+      socket.end()
+      resolve(version)
+    })
+    socket.once('error', reject)
+  })
+}
+
 function fingerprintOf(pem: string): string {
   return new X509Certificate(pem).fingerprint256
 }
@@ -127,24 +141,6 @@ describe('the main listener over TLS', () => {
 
   test('TLS 1.1 is refused, while the same client gets in where 1.1 is allowed and where it may offer 1.2', async () => {
     const port = Number(new URL(gateway.url).port)
-    const handshake = (p: number, maxVersion: ConnectionOptions['maxVersion']): Promise<string> =>
-      new Promise((resolve, reject) => {
-        // SECLEVEL=0: OpenSSL 3 refuses to offer TLS 1.1 at all otherwise; the refusal must be the server's.
-        const socket = connect({
-          port: p,
-          host: '127.0.0.1',
-          ca: ca.certPem,
-          minVersion: 'TLSv1',
-          maxVersion,
-          ciphers: 'DEFAULT@SECLEVEL=0',
-        })
-        socket.once('secureConnect', () => {
-          const version = socket.getProtocol() ?? ''
-          socket.end()
-          resolve(version)
-        })
-        socket.once('error', reject)
-      })
     const lenient = createTlsServer(
       {
         cert: server.certPem,
@@ -226,6 +222,8 @@ describe('certificates replaced while serving', () => {
       copyFileSync(renewed.certFile, files.cert)
       copyFileSync(renewed.keyFile, files.key)
       expect(gateway.reloadCertificates()).toBe(true)
+      // The new context keeps the floor.
+      await expect(handshake(Number(new URL(gateway.url).port), 'TLSv1.1')).rejects.toThrow(/protocol version|unsupported protocol|alert/i)
 
       const again = await get(`${gateway.url}/healthz`, { agent })
       expect(again).toMatchObject({ status: 200, reused: true, localPort: before.localPort })
