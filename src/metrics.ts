@@ -488,8 +488,9 @@ class ForwardedCalls {
   ) {
     const outcomes = CALL_OUTCOMES.length
     this.sumAt = outcomes + bounds.length
-    const rows = (this.rows = new NameRows(this.sumAt + 1))
     const width = this.sumAt + 1
+    const rows = new NameRows(width)
+    this.rows = rows
     new Counter({
       name: countName,
       help: countHelp,

@@ -1,4 +1,4 @@
-import { CALL_OUTCOMES, Metrics } from '../src/metrics'
+import { CALL_OUTCOMES, type CallOutcome, Metrics } from '../src/metrics'
 
 // The expected text below is what prom-client's own Counter and Histogram printed for the same calls
 // before the per-request metrics became plain arrays read at scrape time: /metrics must not change.
@@ -122,7 +122,7 @@ test("the registry's JSON holds the same samples as the text, labels merged as p
 })
 
 describe('forwarded calls by tool', () => {
-  const outcome = (o: string): number => CALL_OUTCOMES.indexOf(o as (typeof CALL_OUTCOMES)[number])
+  const outcome = (o: CallOutcome): number => CALL_OUTCOMES.indexOf(o)
   /** The bucket lines of one tool, as `le count` pairs. */
   async function buckets(metrics: Metrics, tool: string): Promise<string[]> {
     const text = await section(metrics, 'wardline_forwarded_call_duration_seconds')

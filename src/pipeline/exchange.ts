@@ -90,7 +90,7 @@ export class Exchange {
   cutAtShutdown = false
   /** True once the request was handed to the upstream (a refused or failed-before request stays false). */
   forwarded = false
-  /** Monotonic clock (performance.now()) when it was: where wardline_forwarded_call_duration_seconds starts. */
+  /** Monotonic clock (performance.now()) when the upstream got it (Upstream.forward): where wardline_forwarded_call_duration_seconds starts. */
   forwardedMonoMs = 0
   /** Audit queue slots reserved for this request's entries in every sink (see audit/), 0 when none. */
   auditReserved = 0

@@ -92,7 +92,6 @@ export class Gateway {
       else {
         chain.answers.attach(ex)
         ex.forwarded = true // from here the request may run upstream: audited per batch element
-        ex.forwardedMonoMs = performance.now()
         await this.upstream.forward(ex)
       }
     } catch (err) {
