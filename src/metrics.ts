@@ -337,10 +337,11 @@ export type CallOutcome = (typeof CALL_OUTCOMES)[number]
 const REFUSAL = Uint8Array.from(DECISIONS, (d) => (d === 'allow' || d === 'passthrough' ? 0 : 1))
 
 /**
- * Most names one label takes from the config. Each name is a series per refusal decision (four), on
- * every replica, in two metrics: 250 names is at most 2 000 series a replica, which a Prometheus holds
- * without notice; past it a config listing thousands of tenants would cost more than the dashboards
- * are worth. Names beyond it (in config order) count as `other`.
+ * Most names one label takes from the config. A tenant is a series per refusal decision (four); a tool
+ * is that, plus one per forwarded-call outcome (four) and the 17 of its latency histogram (14 buckets,
+ * +Inf, _sum, _count). 250 names is at most 1 000 tenant and 6 250 tool series a replica, which a
+ * Prometheus holds without notice; past it a config listing thousands of names would cost more than
+ * the dashboards are worth. Names beyond it (in config order) count as `other`.
  */
 export const MAX_LABELLED_NAMES = 250
 
