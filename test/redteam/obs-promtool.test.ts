@@ -1,5 +1,7 @@
-import { chmodSync, writeFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { ROOT } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 import { findPromtool } from './obs-promtool'
 
@@ -39,4 +41,31 @@ test('the first executable promtool on PATH is found; a non-executable file name
   const skipped = fakePromtool(0o644)
   const used = fakePromtool(0o755)
   expect(findPromtool({ PATH: `${skipped}:${used}` })).toEqual({ path: join(used, 'promtool'), required: false, why: '' })
+})
+
+describe('.ci/promtool, which fetches one for CI and developers (the suite itself never does)', () => {
+  const script = join(ROOT, '.ci', 'promtool')
+  const run = (env: Record<string, string>) => spawnSync('/bin/bash', [script], { env, encoding: 'utf8', timeout: 20_000 })
+
+  test('prints PROMTOOL, or the promtool on PATH, or the cached one, and fetches nothing then', () => {
+    const named = join(fakePromtool(0o755), 'promtool')
+    expect(run({ PATH: tempDir(), HOME: tempDir(), PROMTOOL: named })).toMatchObject({ status: 0, stdout: `${named}\n` })
+    const onPath = fakePromtool(0o755)
+    expect(run({ PATH: onPath, HOME: tempDir() })).toMatchObject({ status: 0, stdout: `${join(onPath, 'promtool')}\n` })
+    const cache = tempDir()
+    mkdirSync(join(cache, 'wardline', 'prometheus', 'usr', 'bin'), { recursive: true })
+    const cached = join(cache, 'wardline', 'prometheus', 'usr', 'bin', 'promtool')
+    writeFileSync(cached, '#!/bin/sh\n')
+    chmodSync(cached, 0o755)
+    expect(run({ PATH: tempDir(), HOME: tempDir(), XDG_CACHE_HOME: cache })).toMatchObject({ status: 0, stdout: `${cached}\n` })
+  })
+
+  test('a PROMTOOL naming no executable, or no promtool and no apt, is exit 1 with what to do', () => {
+    const bad = run({ PATH: tempDir(), HOME: tempDir(), PROMTOOL: join(tempDir(), 'nope') })
+    expect(bad.status).toBe(1)
+    expect(bad.stderr).toContain('is not an executable file')
+    const noApt = run({ PATH: tempDir(), HOME: tempDir() })
+    expect(noApt).toMatchObject({ status: 1, stdout: '' })
+    expect(noApt.stderr).toContain('put one on PATH or set PROMTOOL')
+  })
 })
