@@ -116,9 +116,14 @@ export function describeFailure(err: unknown, last: LastAnswer | null, url: URL,
         // The challenge says which check failed (expired, bad signature…) without echoing the token.
         const challenge = last?.headers.get('www-authenticate')
         const why = /error_description="([^"]*)"/.exec(challenge ?? '')?.[1]
+        // A revoked token or identity stays refused whatever token is minted for it: only an operator can lift it.
+        const revoked = /\brevoked\b/.test(`${message} ${why ?? ''}`)
+        const remedy = revoked
+          ? 'this token (or its identity) was revoked; ask an operator (wardline revoke --list)'
+          : 'mint a fresh token (wardline token) or check auth.jwt'
         return new Failure(
           2,
-          `401 ${message || 'Unauthorized'}${why !== undefined && !message.includes(why) ? ` (${why})` : ''}: mint a fresh token (wardline token) or check auth.jwt`,
+          `401 ${message || 'Unauthorized'}${why !== undefined && !message.includes(why) ? ` (${why})` : ''}: ${remedy}`,
         )
       }
       case 403:

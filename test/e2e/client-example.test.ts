@@ -167,6 +167,18 @@ test('a bad or expired token: exit 2 with the gateway reason, and the token is n
   expect(refused.map((e) => e.reason)).toEqual(expect.arrayContaining(['bad token signature', 'token expired']))
 })
 
+test('a revoked identity: exit 2 saying it was revoked and to ask an operator, not to mint a fresh token', async () => {
+  await h.gateway.revocations.revoke({ identity: 'dave', tenant: 'acme', until: null, reason: 'laptop stolen' })
+  // A fresh token changes nothing for a revoked identity (the second run mints another), so the hint must not suggest one.
+  const run = await runExample(['--url', mcpUrl()], { WARDLINE_TOKEN: await token('dave') })
+  expect(run.code).toBe(2)
+  expect(run.stderr.trim()).toBe(
+    '401 Unauthorized: revoked: this token (or its identity) was revoked; ask an operator (wardline revoke --list)',
+  )
+  const again = await runExample(['--url', mcpUrl()], { WARDLINE_TOKEN: await token('dave') })
+  expect(again.stderr).toBe(run.stderr)
+})
+
 test('a token exported with its "Bearer " prefix still works (the header is not doubled)', async () => {
   const run = await runExample(['--url', mcpUrl(), '--calls', '1'], { WARDLINE_TOKEN: `Bearer ${await token('carol')}\n` })
   expect(run.stderr).toBe('')
