@@ -210,9 +210,14 @@ function flagOf(option: 'identity' | 'tenant' | 'jti' | 'issuedBefore'): string 
   return option === 'issuedBefore' ? '--issued-before' : `--${option}`
 }
 
-/** `--issued-before`: `now` (this machine's clock), or an ISO 8601 time passed on as it is (the API checks it). */
+/**
+ * `--issued-before`: an ISO 8601 time passed on as it is (the API checks it), or `now`: this machine's
+ * clock, down to the whole second. A token's `iat` has whole seconds, so a replacement minted right after
+ * the revocation, in the same second, carries an `iat` equal to that second: the exact time would refuse
+ * it, the whole second keeps it (and refuses every token issued in an earlier second).
+ */
 export function issuedBeforeTime(text: string, nowMs: number): string {
-  if (text === 'now') return new Date(nowMs).toISOString()
+  if (text === 'now') return new Date(Math.floor(nowMs / 1000) * 1000).toISOString()
   if (/^\d{4}-\d{2}-\d{2}T/.test(text)) return text
   throw new UsageError(`--issued-before must be an ISO 8601 time (2026-12-01T18:00:00Z) or "now", not ${JSON.stringify(text)}`)
 }
