@@ -265,14 +265,14 @@ describe('gateways sharing one database', () => {
     // A refresh that failed (a query timed out on a loaded machine) would explain a slow one: say so.
     expect([...a.logs, ...b.logs].filter((l) => String(l.message).startsWith('revocation list refresh failed'))).toEqual([])
     expect(Math.max(...seenOnB)).toBeLessThanOrEqual(PROMISE_MS + TOLERANCE_MS)
-    // Every 401 each replica answered is one audit entry with reason revoked (the polls that still got
+    // Every 401 each replica answered is one audit entry with reason `revoked identity` (the polls that still got
     // 200 are allows), and nothing else was refused.
     for (const replica of [a, b]) {
       await replica.gateway.audit.flush()
       const entries = readJsonl(replica.auditFile)
       const refused = entries.filter((e) => e.status === 401)
       expect(refused.length).toBeGreaterThanOrEqual(5)
-      expect(refused.every((e) => e.decision === 'unauthorized' && e.reason === 'revoked' && e.identity === 'alice')).toBe(true)
+      expect(refused.every((e) => e.decision === 'unauthorized' && e.reason === 'revoked identity' && e.identity === 'alice')).toBe(true)
       expect(await metricSample(replica.url, 'wardline_revoked_requests_total')).toBe(refused.length)
       expect(entries.filter((e) => e.decision === 'unauthorized')).toHaveLength(refused.length)
     }
