@@ -225,7 +225,13 @@ describe('revocations', () => {
       headers: { 'content-type': 'application/json' },
     })
     expect(created.status).toBe(201)
-    expect(created.body.revocation).toEqual({ kind: 'jti', jti: 'tok-123', until: null, created_at: expect.any(String), reason: 'leaked' })
+    expect(created.body.revocation).toEqual({
+      kind: 'jti',
+      jti: 'tok-123',
+      until: null,
+      created_at: expect.any(String) as unknown,
+      reason: 'leaked',
+    })
     expect((await call('carol')).status).toBe(200) // header mode: no token, no jti to match
     expect((await adminCall('GET', '/revocations')).body.revocations).toEqual([created.body.revocation])
     const lifted = await adminCall('DELETE', '/revocations?jti=tok-123')
@@ -253,7 +259,7 @@ describe('revocations', () => {
       tenant: 'acme',
       issued_before: before,
       until: null,
-      created_at: expect.any(String),
+      created_at: expect.any(String) as unknown,
     })
     expect((await call('dana')).status).toBe(401) // no token, no iat: refused (conservative, documented)
     expect((await call('dana', 'globex')).status).toBe(200)

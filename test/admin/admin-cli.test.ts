@@ -82,7 +82,7 @@ test('budget reset resets the buckets and the next call is admitted', async () =
   expect(await call('bob')).toBe(200)
 })
 
-test('budget show without --tenant says it read tenant default, in the heading and in a note', async () => {
+test('budget show without --tenant says it read tenant default, in the heading and in a note', () => {
   const r = runCli(['budget', 'show', '--config', configFile, '--identity', 'alice'])
   expect(r.code).toBe(0)
   const lines = r.stdout.trimEnd().split('\n')

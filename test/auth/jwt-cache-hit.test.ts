@@ -104,7 +104,7 @@ describe('the cache-hit path of jwt authentication', () => {
     const t = await token()
     const first = await bearer(`Bearer ${t}`)
     expect([outcome(first), first.synchronous]).toEqual([
-      { identity: 'alice', tenant: 'acme', tokenId: expect.any(String), issuedAt: null },
+      { identity: 'alice', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null },
       false,
     ])
     for (let i = 0; i < 3; i++) {
@@ -122,7 +122,7 @@ describe('the cache-hit path of jwt authentication', () => {
     const expected = (s: string): unknown =>
       s.startsWith('Bearer\t')
         ? 'malformed Authorization header'
-        : { identity: 'bob', tenant: 'acme', tokenId: expect.any(String), issuedAt: null }
+        : { identity: 'bob', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null }
     for (const spelling of spellings) expect(outcome(await bearer(spelling, [['X-Cache', 'small']]))).toEqual(expected(spelling))
     expect(verifications).toHaveBeenCalledTimes(1)
     // With room for one entry, a second entry per spelling would have evicted the first: the canonical header still hits.
@@ -136,7 +136,7 @@ describe('the cache-hit path of jwt authentication', () => {
     expect((await bearer(`bearer   ${t}`)).synchronous).toBe(false)
     const hit = await bearer(`Bearer ${t}`)
     expect([outcome(hit), hit.synchronous]).toEqual([
-      { identity: 'carol', tenant: 'acme', tokenId: expect.any(String), issuedAt: null },
+      { identity: 'carol', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null },
       true,
     ])
     expect(verifications).toHaveBeenCalledTimes(1)
@@ -151,7 +151,7 @@ describe('the cache-hit path of jwt authentication', () => {
     for (const spelling of [`bearer ${t}`, `Bearer ${t}`]) {
       const again = await bearer(spelling)
       expect([outcome(again), again.synchronous]).toEqual([
-        { identity: 'alice', tenant: 'acme', tokenId: expect.any(String), issuedAt: null },
+        { identity: 'alice', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null },
         false,
       ])
     }
@@ -237,7 +237,7 @@ describe('the cache-hit path of jwt authentication', () => {
   test('a token verify() accepts with whitespace inside (jose skips it) is not cached as a header the full path refuses', async () => {
     const t = await token({ sub: 'dave' })
     const spaced = `${t.slice(0, -8)}    ${t.slice(-8)}` // four spaces keep the segment's length a multiple of 4
-    expect(await auth.verify(spaced)).toEqual({ identity: 'dave', tenant: 'acme', tokenId: expect.any(String), issuedAt: null })
+    expect(await auth.verify(spaced)).toEqual({ identity: 'dave', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null })
     const sent = await bearer(`Bearer ${spaced}`)
     expect([outcome(sent), sent.synchronous]).toEqual(['malformed Authorization header', true])
   })
