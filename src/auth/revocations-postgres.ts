@@ -4,6 +4,7 @@ import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger } from '../log'
 import { dedicatedClient } from '../postgres/pool'
+import { type ViewEntry, ViewedRevocations, sortRevocations, viewEntry } from './revocation-view'
 import {
   type Revocation,
   RevocationInputError,
@@ -11,12 +12,8 @@ import {
   type RevocationList,
   type RevocationRequest,
   type RevocationTarget,
-  type ViewEntry,
-  ViewedRevocations,
   checkRevocationInput,
   revocationOf,
-  sortRevocations,
-  viewEntry,
 } from './revocations'
 
 /**
