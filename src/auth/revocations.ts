@@ -117,6 +117,8 @@ export function checkRevocationInput(r: RevocationRequest, nowMs = Date.now()): 
   if (r.kind === 'issued_before') {
     const before = r.issuedBefore
     if (!(before instanceof Date) || Number.isNaN(before.getTime())) return 'issued_before must be a date (ISO 8601)'
+    // No token is issued before the epoch, and Postgres has no year 0 (0000-01-01 would fail as a store error, not a 400).
+    if (before.getTime() <= 0) return `issued_before (${before.toISOString()}) is not after 1970-01-01T00:00:00Z: it would refuse nothing`
     if (before.getTime() > nowMs + ISSUED_BEFORE_SKEW_MS) {
       return `issued_before (${before.toISOString()}) is in the future: it would refuse tokens not minted yet (use the current time)`
     }

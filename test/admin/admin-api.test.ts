@@ -211,6 +211,7 @@ describe('revocations', () => {
     ['{"identity": "x", "issued_before": "yesterday"}', 400, 'issued_before must be an ISO 8601 time with a zone (2026-12-01T18:00:00Z)'],
     ['{"identity": "x", "issued_before": null}', 400, 'issued_before must be an ISO 8601 time with a zone (2026-12-01T18:00:00Z)'],
     ['{"identity": "x", "issued_before": "2999-01-01T00:00:00Z"}', 400, /^issued_before \(2999-01-01T00:00:00\.000Z\) is in the future/],
+    ['{"identity": "x", "issued_before": "0000-01-01T00:00:00Z"}', 400, /^issued_before \(0000-01-01T00:00:00\.000Z\) is not after 1970/],
     ['{"identity": "x",', 400, /^the body is not valid JSON: /],
   ])('POST %s is refused with %d', async (body, status, message) => {
     const r = await adminCall('POST', '/revocations', { body, headers: { 'content-type': 'application/json' } })

@@ -334,6 +334,11 @@ describe('revocation by token id (jti) and by issue time (issued before)', () =>
       'identity has leading or trailing whitespace',
     ],
     ['unknown kind', { kind: 'everything', identity: 'a', tenant: 't' }, 'kind must be identity, jti or issued_before'],
+    [
+      'issued_before in year 0',
+      { kind: 'issued_before', identity: 'a', tenant: 't', issuedBefore: new Date('0000-01-01T00:00:00Z') },
+      'issued_before (0000-01-01T00:00:00.000Z) is not after 1970-01-01T00:00:00Z: it would refuse nothing',
+    ],
   ])('bad input (%s) is refused with a message naming the field, and changes nothing', async (_label, input, message) => {
     const request = { until: null, ...input } as unknown as Parameters<MemoryRevocationList['revoke']>[0]
     expect(checkRevocationInput(request, T0)).toBe(message)
