@@ -46,11 +46,14 @@ export function buildCli(): Command {
     })
   program
     .command('token')
-    .description('print a token signed with the configured auth.jwt.secret (for trying the gateway; HS configs only)')
+    .description(
+      'print a token signed with the configured auth.jwt.secret (for trying the gateway; HS configs only); its jti (for wardline revoke --jti) goes to stderr',
+    )
     .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
     .requiredOption('--sub <identity>', 'the identity (the auth.jwt.identity_claim claim)')
     .option('--tenant <tenant>', 'the tenant (the auth.jwt.tenant_claim claim); omitted means tenant "default"')
     .option('--ttl <duration>', 'lifetime: 90s, 30m, 1h, 7d', '1h')
+    .option('--json', 'print {token, jti, identity, tenant, issued_at, expires_at} as JSON instead of the bare token')
     .option(
       '--claim <key=value>',
       'an extra claim (repeatable; JSON values are parsed)',

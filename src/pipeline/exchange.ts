@@ -23,6 +23,14 @@ export function hasControlCharacters(text: string): boolean {
 export interface Principal {
   readonly identity: string
   readonly tenant: string
+  /**
+   * The token's `jti` (a string claim, as signed), for revocation by token id; null when the token has
+   * none or it is not a string. Authenticators always set it (null in header mode), so every principal
+   * has one shape; it is optional here only for principals built by hand.
+   */
+  readonly tokenId?: string | null
+  /** The token's `iat` (seconds since the epoch, as signed), for revocation by issue time; null when absent (header mode too). */
+  readonly issuedAt?: number | null
 }
 
 /** One JSON-RPC message of the request body (a batch has several). */
