@@ -7,10 +7,10 @@ const KEYS = ['enabled', 'url', 'method', 'interval_seconds', 'timeout_seconds',
 /**
  * The `upstream_health_check:` block: how the upstream is probed (upstream/probe.ts), or null with
  * `enabled: false`. Every key is read either way, so a mistake in a switched-off block is still
- * reported. `upstreamUrl` is what is probed when `url` is not given. Written for one block per upstream
+ * reported. Without `url`, the upstream URL itself is probed. Written for one block per upstream
  * (the reader takes its path), so several servers can each have one.
  */
-export function readHealthCheck(r: Reader, value: unknown, path: string, upstreamUrl: string): HealthCheckConfig | null {
+export function readHealthCheck(r: Reader, value: unknown, path: string): HealthCheckConfig | null {
   const o = r.object(value, path, KEYS)
   const enabled = r.bool(o.enabled, `${path}.enabled`, true)
   const own = r.optionalString(o.url, `${path}.url`)
@@ -22,7 +22,7 @@ export function readHealthCheck(r: Reader, value: unknown, path: string, upstrea
     }
   }
   const config: HealthCheckConfig = {
-    url: own ?? upstreamUrl,
+    url: own,
     method: r.oneOf<HealthCheckMethod>(o.method, `${path}.method`, ['GET', 'HEAD', 'OPTIONS'], 'GET'),
     intervalSeconds: r.number(o.interval_seconds, `${path}.interval_seconds`, 10, 0, 3600, true),
     // 2 s: an MCP server answers an unsessioned GET at once (400, 405 or 406); a slower head is a sick server.

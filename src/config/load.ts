@@ -165,7 +165,7 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
       url,
       timeoutSeconds: r.number(o.upstream_timeout_seconds, 'upstream_timeout_seconds', 30, 0, 3600, true),
       connections: r.int(o.upstream_connections, 'upstream_connections', 128, 1, 10_000),
-      healthCheck: readHealthCheck(r, o.upstream_health_check, 'upstream_health_check', url),
+      healthCheck: readHealthCheck(r, o.upstream_health_check, 'upstream_health_check'),
     },
     limits: {
       // 4 MiB, as the official SDK servers accept: a tool call that works direct must work through the gateway.

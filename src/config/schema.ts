@@ -467,7 +467,8 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
     'The probe of the upstream: a request on a schedule and at startup; a refused connection, a timeout or a 5xx is down, any other answer up. Reported in /readyz and wardline_upstream_up.',
   'upstream_health_check.enabled': 'false: no probe; /readyz then says nothing about the upstream.',
   'upstream_health_check.url': "The URL probed (a server's own /health); absent: the upstream URL itself. No credentials.",
-  'upstream_health_check.method': 'GET, HEAD or OPTIONS: safe methods only. GET asks for JSON, so an MCP endpoint answers 406 instead of streaming.',
+  'upstream_health_check.method':
+    'GET, HEAD or OPTIONS: safe methods only. GET asks for JSON, so an MCP endpoint answers 406 instead of streaming.',
   'upstream_health_check.interval_seconds': 'From the start of one probe to the start of the next.',
   'upstream_health_check.timeout_seconds': "Bound on one probe: connection and the answer's head; past it, down.",
   'upstream_health_check.affects_readiness': 'true: a down upstream makes /readyz answer 503; false: reported in its body only.',

@@ -92,8 +92,8 @@ export type HealthCheckMethod = 'GET' | 'HEAD' | 'OPTIONS'
 
 /** How one upstream is probed (upstream/probe.ts). */
 export interface HealthCheckConfig {
-  /** The URL probed: upstream_health_check.url, else the upstream URL itself. */
-  readonly url: string
+  /** upstream_health_check.url; null: the upstream URL itself is probed (and follows it when it changes). */
+  readonly url: string | null
   readonly method: HealthCheckMethod
   /** From the start of one probe to the start of the next (or its end, when a probe takes longer). */
   readonly intervalSeconds: number

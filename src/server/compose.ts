@@ -338,7 +338,7 @@ function stageChain(config: Config, parts: StageParts): StageChain {
 function openUpstreamProbe(config: Config, metrics: Metrics, log: Logger, closers: Closer[], readiness: ReadinessCheck[]): Promise<void> {
   const healthCheck = config.upstream.healthCheck
   if (healthCheck === null) return Promise.resolve()
-  const probe = new UpstreamProbe(healthCheck, log, metrics.upstreamProbeListener())
+  const probe = new UpstreamProbe(healthCheck, config.upstream.url, log, metrics.upstreamProbeListener())
   closers.push(() => probe.close())
   readiness.push(probe.readiness())
   return probe.start()

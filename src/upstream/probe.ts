@@ -34,8 +34,7 @@ const PROBE_HEADERS = ['accept', 'application/json', 'user-agent', 'wardline-hea
  * Never rejects. `headers`: what the operator configured for this upstream ([name, value, …]), never
  * anything of a caller's.
  */
-export function probeOnce(config: HealthCheckConfig, headers: readonly string[] = []): Promise<ProbeResult> {
-  const target = new URL(config.url)
+export function probeOnce(target: URL, config: HealthCheckConfig, headers: readonly string[] = []): Promise<ProbeResult> {
   const timeoutMs = config.timeoutSeconds * 1000
   const started = performance.now()
   const client = new Client(target.origin, { connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: 0, pipelining: 1 })
@@ -128,18 +127,21 @@ export class UpstreamProbe {
   private timer: NodeJS.Timeout | null = null
   private running: Promise<void> | null = null
   private closed = false
+  /** What is probed: upstream_health_check.url, else the upstream URL. */
+  private readonly target: URL
   /** Where the upstream is, as logs and /readyz show it: no query (it may carry a key). */
   private readonly shownUrl: string
 
   constructor(
     private readonly config: HealthCheckConfig,
+    upstreamUrl: string,
     private readonly log: Logger,
     private readonly listener: ProbeListener = () => undefined,
     /** The operator's headers for this upstream ([name, value, …]); sent with each probe. */
     private readonly headers: readonly string[] = [],
   ) {
-    const url = new URL(config.url)
-    this.shownUrl = url.origin + url.pathname
+    this.target = new URL(config.url ?? upstreamUrl)
+    this.shownUrl = this.target.origin + this.target.pathname
   }
 
   /** The last result, or null before the first probe ended. */
@@ -162,7 +164,7 @@ export class UpstreamProbe {
       })
     } else {
       this.log.warn(
-        `upstream unreachable at startup (${r.cause}): calls get 502/504 until it answers${this.config.affectsReadiness ? ', and /readyz answers 503' : ''}; probing every ${this.config.intervalSeconds} s`,
+        `upstream health check failed at startup (${r.cause}): calls get 502/504 until it answers${this.config.affectsReadiness ? ', and /readyz answers 503' : ''}; probing every ${this.config.intervalSeconds} s`,
         { probe, cause: r.cause },
       )
     }
@@ -209,7 +211,7 @@ export class UpstreamProbe {
   }
 
   private probe(): Promise<void> {
-    const run = probeOnce(this.config, this.headers).then((r) => this.record(r))
+    const run = probeOnce(this.target, this.config, this.headers).then((r) => this.record(r))
     this.running = run
     return run
   }

@@ -15,7 +15,7 @@ describe('configuration loading', () => {
       url: 'http://127.0.0.1:3001',
       timeoutSeconds: 30,
       connections: 128,
-      healthCheck: { url: 'http://127.0.0.1:3001', method: 'GET', intervalSeconds: 10, timeoutSeconds: 2, affectsReadiness: true },
+      healthCheck: { url: null, method: 'GET', intervalSeconds: 10, timeoutSeconds: 2, affectsReadiness: true },
     })
     expect(config.limits).toEqual({
       maxBodyBytes: 4194304,

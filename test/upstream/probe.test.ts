@@ -193,7 +193,7 @@ test('an upstream unreachable at startup: the gateway starts, warns with the cau
   const { status, body } = await rig.readyz()
   expect(status).toBe(503)
   expect(body.checks.upstream).toMatchObject({ ok: false, cause: 'connection refused' })
-  const warning = rig.lines().find((l) => String(l.message).startsWith('upstream unreachable at startup'))
+  const warning = rig.lines().find((l) => String(l.message).startsWith('upstream health check failed at startup'))
   expect(warning).toMatchObject({ level: 'warn', cause: 'connection refused', probe: `GET ${gone.url}/` })
   expect(warning?.message).toContain('(connection refused)')
 })
