@@ -26,13 +26,13 @@ export function configWarnings(config: Config): string[] {
 export function upstreamPathWarning(url: string): string | null {
   const parsed = new URL(url)
   const path = parsed.pathname.replace(/\/+$/, '')
-  const clientPath = CLIENT_PATHS.find((p) => path.toLowerCase().endsWith(p))
+  // Case-sensitive, as servers match paths: `/MCP` is not the path clients call.
+  const clientPath = CLIENT_PATHS.find((p) => path.endsWith(p))
   if (clientPath === undefined) return null
-  const written = path.slice(path.length - clientPath.length)
   const base = parsed.origin + path.slice(0, path.length - clientPath.length)
   return (
-    `upstream ${url} ends with ${written}, the path clients call: the gateway appends each request's path to the upstream's, ` +
-    `so a call to <gateway>${written} goes to ${url}${written} and gets 404; write upstream: ${base} ` +
+    `upstream ${url} ends with ${clientPath}, the path clients call: the gateway appends each request's path to the upstream's, ` +
+    `so a call to <gateway>${clientPath} goes to ${url}${clientPath} and gets 404; write upstream: ${base} ` +
     `(keep it only if clients call the gateway at / itself)`
   )
 }
