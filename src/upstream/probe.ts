@@ -19,10 +19,21 @@ export interface ProbeResult {
 
 /**
  * Sent with every probe. `Accept: application/json` without text/event-stream: a Streamable HTTP
- * server answers such a GET 406 at once (the official SDKs do) instead of opening its standalone SSE
- * stream; a server that streams anyway is cut once the head is in (probeOnce).
+ * server answers such a GET 406 at once (the official TypeScript SDK does, before anything else)
+ * instead of opening its standalone SSE stream; a server that streams anyway is cut once the head is in
+ * (probeOnce). An `Mcp-Session-Id` no server issued: servers that make a session for any request
+ * without one (the Python SDK's stateful session manager, for every method) answer an unknown one
+ * 404 or 400 instead (MCP 2025-06-18, Streamable HTTP, Session Management), so a probe every 10 s
+ * never piles up sessions on the upstream.
  */
-const PROBE_HEADERS = ['accept', 'application/json', 'user-agent', 'wardline-health-check']
+export const PROBE_HEADERS: readonly string[] = [
+  'accept',
+  'application/json',
+  'user-agent',
+  'wardline-health-check',
+  'mcp-session-id',
+  'wardline-health-check-not-a-session',
+]
 
 /**
  * One probe: a connection of its own, one request, the answer's status line and headers, then the

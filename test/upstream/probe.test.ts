@@ -115,12 +115,30 @@ test('an SDK server answers the probe (406: no event stream, no session) and the
   expect(seen[0].method).toBe('GET')
   expect(seen[0].headers.accept).toBe('application/json')
   expect(seen[0].headers).not.toHaveProperty('authorization')
-  expect(seen[0].headers).not.toHaveProperty('mcp-session-id')
+  expect(seen[0].headers['mcp-session-id']).toBe('wardline-health-check-not-a-session')
   expect(await metricSample(rig.gateway.url, 'wardline_upstream_up')).toBe(1)
   expect(await metricSample(rig.gateway.url, 'wardline_upstream_last_up_timestamp_seconds')).toBeGreaterThan(Date.now() / 1000 - 60)
   expect(rig.lines()).toContainEqual(
     expect.objectContaining({ level: 'info', message: 'upstream health check passed at startup', status: 406 }),
   )
+})
+
+test('a server that opens a session for any request without a session id (as the Python SDK does) gets none from the probe', async () => {
+  // A stand-in for the Python SDK's stateful StreamableHTTPSessionManager at the endpoint itself: a
+  // request without Mcp-Session-Id gets a new session (whatever its method), an unknown id gets 404.
+  let sessions = 0
+  let probes = 0
+  const upstream = await httpServer((req, res) => {
+    probes++
+    if (req.headers['mcp-session-id'] === undefined) {
+      sessions++
+      res.writeHead(406, { 'mcp-session-id': `s${sessions}` }).end()
+    } else res.writeHead(404).end()
+  })
+  const rig = await gatewayFor(`${upstream.url}/mcp`, { interval_seconds: 0.05 })
+  await waitFor(() => probes >= 5, { what: 'five probes' })
+  expect((await rig.readyz()).body.checks.upstream).toMatchObject({ ok: true, status: 404 })
+  expect(sessions).toBe(0)
 })
 
 test('a flood of /readyz sends no probe of its own: the upstream sees only the scheduled ones', async () => {
