@@ -45,7 +45,12 @@ export const PROBE_HEADERS: readonly string[] = [
  * Never rejects. `headers`: what the operator configured for this upstream ([name, value, …]), never
  * anything of a caller's.
  */
-export function probeOnce(target: URL, config: HealthCheckConfig, headers: readonly string[] = []): Promise<ProbeResult> {
+export function probeOnce(
+  target: URL,
+  config: HealthCheckConfig,
+  headers: readonly string[] = [],
+  signal: AbortSignal | null = null,
+): Promise<ProbeResult> {
   const timeoutMs = config.timeoutSeconds * 1000
   const started = performance.now()
   const client = new Client(target.origin, { connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: 0, pipelining: 1 })
@@ -62,6 +67,8 @@ export function probeOnce(target: URL, config: HealthCheckConfig, headers: reado
     // One bound for connecting and the head together (undici's two timeouts would allow twice as long).
     const timer = setTimeout(() => settle(0, `timeout after ${seconds(timeoutMs)}`), timeoutMs)
     timer.unref()
+    // Shutdown does not wait out a probe of a hung upstream.
+    signal?.addEventListener('abort', () => settle(0, 'stopped'), { once: true })
     // Every method of undici's handler interface: it tells that interface from its older one by their presence.
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart() {},
@@ -138,6 +145,8 @@ export class UpstreamProbe {
   private timer: NodeJS.Timeout | null = null
   private running: Promise<void> | null = null
   private closed = false
+  /** Aborts the probe in flight at close. */
+  private readonly stop = new AbortController()
   /** What is probed: upstream_health_check.url, else the upstream URL. */
   private readonly target: URL
   /** Where the upstream is, as logs and /readyz show it: no query (it may carry a key). */
@@ -192,11 +201,12 @@ export class UpstreamProbe {
     }
   }
 
-  /** Stops the timer and waits for a probe in flight (bounded by its timeout). */
+  /** Stops the timer and the probe in flight (its connection is destroyed), then resolves. */
   async close(): Promise<void> {
     this.closed = true
     if (this.timer !== null) clearTimeout(this.timer)
     this.timer = null
+    this.stop.abort()
     await this.running
   }
 
@@ -222,7 +232,10 @@ export class UpstreamProbe {
   }
 
   private probe(): Promise<void> {
-    const run = probeOnce(this.target, this.config, this.headers).then((r) => this.record(r))
+    const run = probeOnce(this.target, this.config, this.headers, this.stop.signal).then((r) => {
+      // A probe cut by close() says nothing about the upstream.
+      if (!this.closed) this.record(r)
+    })
     this.running = run
     return run
   }

@@ -329,3 +329,31 @@ test('shutdown stops the probe: no probe reaches the upstream afterwards', async
   await new Promise((resolve) => setTimeout(resolve, 300))
   expect(requests).toBe(after)
 })
+
+test('shutdown does not wait out a probe of a hung upstream: the probe in flight is cut and its connection closed', async () => {
+  const sockets = new Set<Socket>()
+  let accepted = 0
+  // Answers the first connection (the startup probe), then accepts and never answers.
+  const server: TcpServer = createTcpServer((s) => {
+    s.on('error', () => undefined)
+    s.resume() // reads (and ignores) each request, so the probe's close reaches this side
+    if (accepted++ === 0) {
+      s.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n')
+      return
+    }
+    sockets.add(s)
+    s.on('close', () => sockets.delete(s))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  opened.push(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  const rig = await gatewayFor(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, {
+    interval_seconds: 0.05,
+    timeout_seconds: 30,
+  })
+  expect((await rig.readyz()).status).toBe(200)
+  await waitFor(() => sockets.size === 1, { what: 'a probe waiting on the hung upstream' })
+  const started = performance.now()
+  await rig.gateway.shutdown()
+  expect(performance.now() - started).toBeLessThan(5000)
+  await waitFor(() => sockets.size === 0, { what: 'the hung probe connection closed' })
+})
