@@ -60,6 +60,7 @@ export function probeOnce(
       if (settled) return
       settled = true
       clearTimeout(timer)
+      signal?.removeEventListener('abort', stopped)
       // Destroys the socket whatever the answer was doing: the body is never read.
       client.destroy().catch(() => undefined)
       resolve({ up: cause === null, status, cause, durationSeconds: (performance.now() - started) / 1000, at: Date.now() })
@@ -67,8 +68,10 @@ export function probeOnce(
     // One bound for connecting and the head together (undici's two timeouts would allow twice as long).
     const timer = setTimeout(() => settle(0, `timeout after ${seconds(timeoutMs)}`), timeoutMs)
     timer.unref()
-    // Shutdown does not wait out a probe of a hung upstream.
-    signal?.addEventListener('abort', () => settle(0, 'stopped'), { once: true })
+    // Shutdown does not wait out a probe of a hung upstream. Removed when settled: the signal lives as
+    // long as the probe's owner, and a listener per probe would pile up.
+    const stopped = (): void => settle(0, 'stopped')
+    signal?.addEventListener('abort', stopped, { once: true })
     // Every method of undici's handler interface: it tells that interface from its older one by their presence.
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart() {},
@@ -162,11 +165,6 @@ export class UpstreamProbe {
   ) {
     this.target = new URL(config.url ?? upstreamUrl)
     this.shownUrl = this.target.origin + this.target.pathname
-  }
-
-  /** The last result, or null before the first probe ended. */
-  get result(): ProbeResult | null {
-    return this.latest
   }
 
   /** Runs the first probe, logs what it found, and starts the timer. */

@@ -7,10 +7,12 @@ import { type IncomingMessage, type Server, createServer } from 'node:http'
 import { type AddressInfo, type Socket, createServer as createTcpServer, type Server as TcpServer } from 'node:net'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
+import { getEventListeners } from 'node:events'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import winston from 'winston'
 import type { Logger } from '../../src/log'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
+import { probeOnce } from '../../src/upstream/probe'
 import { configFrom, metricSample, tempDir } from '../helpers/harness'
 import { type SdkUpstream, startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
@@ -356,4 +358,12 @@ test('shutdown does not wait out a probe of a hung upstream: the probe in flight
   await rig.gateway.shutdown()
   expect(performance.now() - started).toBeLessThan(5000)
   await waitFor(() => sockets.size === 0, { what: 'the hung probe connection closed' })
+})
+
+test('probes sharing one stop signal leave no listener on it (one probe every 10 s for days would otherwise pile them up)', async () => {
+  const upstream = await httpServer((_req, res) => res.writeHead(404).end())
+  const stop = new AbortController()
+  const config = { url: null, method: 'GET', intervalSeconds: 10, timeoutSeconds: 2, affectsReadiness: true } as const
+  for (let i = 0; i < 20; i++) expect((await probeOnce(new URL(upstream.url), config, [], stop.signal)).status).toBe(404)
+  expect(getEventListeners(stop.signal, 'abort')).toHaveLength(0)
 })
