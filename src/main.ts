@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command } from 'commander'
 import { loadConfig } from './config/load'
+import { configWarnings } from './config/warnings'
 import { ConfigError, describeError } from './errors'
 import { registerAdminCommands } from './cli/admin'
 import { registerAuditCommand } from './cli/audit'
@@ -32,8 +33,10 @@ export function buildCli(): Command {
     .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
     .action((opts: { config: string }) => {
       try {
-        loadConfig(opts.config)
+        const config = loadConfig(opts.config)
         process.stdout.write(`${opts.config}: ok\n`)
+        // Valid, but most likely not what was meant: said on stderr, exit status still 0.
+        for (const warning of configWarnings(config)) process.stderr.write(`${opts.config}: warning: ${warning}\n`)
       } catch (err) {
         if (err instanceof ConfigError) {
           process.stderr.write(`${opts.config}: ${err.problems.length} problem${err.problems.length === 1 ? '' : 's'}\n`)

@@ -3,6 +3,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'pr
 import type { BudgetConfig, PolicyConfig } from './config/types'
 import { DECISIONS, type Decision } from './pipeline/exchange'
 import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './upstream/failures'
+import type { ProbeResult } from './upstream/probe'
 
 const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
@@ -290,6 +291,35 @@ export class Metrics {
   /** Where wardline_budget_store_checks_total and _statements_total come from. */
   observeBudgetStore(stats: () => { readonly checks: number; readonly statements: number }): void {
     this.budgetStoreStats = stats
+  }
+
+  /**
+   * wardline_upstream_up, wardline_upstream_probe_duration_seconds and
+   * wardline_upstream_last_up_timestamp_seconds, set from each result of the upstream probe (the
+   * listener returned). Registered only here, so with the probe off none of them exists: an alert on
+   * wardline_upstream_up == 0 cannot fire on a gateway that does not probe.
+   */
+  upstreamProbeListener(): (result: ProbeResult) => void {
+    const up = new Gauge({
+      name: 'wardline_upstream_up',
+      help: "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
+      registers: [this.registry],
+    })
+    const duration = new Gauge({
+      name: 'wardline_upstream_probe_duration_seconds',
+      help: "How long the upstream's last health probe took, to the answer's head or the failure",
+      registers: [this.registry],
+    })
+    const lastUp = new Gauge({
+      name: 'wardline_upstream_last_up_timestamp_seconds',
+      help: 'Unix time of the last health probe that found the upstream up (0: none since start)',
+      registers: [this.registry],
+    })
+    return (result) => {
+      up.set(result.up ? 1 : 0)
+      duration.set(result.durationSeconds)
+      if (result.up) lastUp.set(result.at / 1000)
+    }
   }
 
   /** One finished request: its count and its latency, under the decision the request as a whole came to. */

@@ -228,6 +228,20 @@ test('an unreachable gateway is exit 4 with the network reason; a wrong path say
   expect(wrongPath.stderr).toMatch(/is this the Streamable HTTP endpoint \(usually …\/mcp\)\?/)
 })
 
+test('a 404 forwarded from a gateway whose upstream URL ends with /mcp names the upstream URL as the likely cause', async () => {
+  // The mistake most servers' READMEs invite: upstream written with the server's own /mcp, so /mcp goes to /mcp/mcp.
+  const doubled = await startHarness({ config, upstreamUrl: `${h.upstream.url}/mcp` })
+  try {
+    const run = await runExample(['--url', mcpUrl(doubled)], { WARDLINE_TOKEN: await token('gina', 'acme', doubled) })
+    expect(run.code).toBe(4)
+    expect(run.stderr.trim()).toBe(
+      `HTTP 404 from ${mcpUrl(doubled)}: the MCP server behind Wardline has no /mcp. Likely cause: the gateway's upstream URL ends with the server's path (upstream: http://host:3001/mcp sends /mcp to /mcp/mcp); set upstream to the server's address without it (wardline check-config warns about this)`,
+    )
+  } finally {
+    await doubled.close()
+  }
+})
+
 test('npm run build emits it: tsconfig.build.json compiles examples/client.ts into dist/examples/client.js', () => {
   const parsed = ts.getParsedCommandLineOfConfigFile(
     join(ROOT, 'tsconfig.build.json'),

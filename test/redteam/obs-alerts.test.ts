@@ -4,6 +4,7 @@ import { Metrics } from '../../src/metrics'
 import { DECISIONS } from '../../src/pipeline/exchange'
 import { UPSTREAM_ERROR_KINDS } from '../../src/upstream/failures'
 import { MCP_HEADERS, as, startHarness, tempDir, toolCall } from '../helpers/harness'
+import { waitFor } from '../helpers/wait'
 import { findPromtool, firingAlerts, samples } from './obs-promtool'
 
 /**
@@ -127,12 +128,16 @@ alertTest('a single refused upstream connection (an MCP server restart) pages no
   expect([...alerts.keys()]).toEqual([])
 })
 
-alertTest('an upstream that stays down (real gateway, real sockets) fires WardlineUpstreamUnreachable, and nothing before', async () => {
-  const h = await startHarness({ mode: 'stateless-json' })
+alertTest('an upstream that stays down (real gateway, real sockets) fires WardlineUpstreamDown, then WardlineUpstreamUnreachable and WardlineNotReady, and nothing before', async () => {
+  // A probe every 50 ms, so each scrape below sees what the probe found by then.
+  const h = await startHarness({ mode: 'stateless-json', config: { upstream_health_check: { interval_seconds: 0.05 } } })
   try {
     const scrapes: Map<string, number>[] = []
     for (let minute = 0; minute < 16; minute++) {
-      if (minute === 5) await h.upstream.close()
+      if (minute === 5) {
+        await h.upstream.close()
+        await waitFor(async () => (await fetch(`${h.url}/readyz`)).status === 503, { what: 'the probe to find the upstream down' })
+      }
       for (let i = 0; i < 3; i++) {
         const res = await fetch(`${h.url}/mcp`, {
           method: 'POST',
@@ -150,10 +155,35 @@ alertTest('an upstream that stays down (real gateway, real sockets) fires Wardli
     expect(at).toContain(15)
     // The error ratio (warning) follows after its 10 minutes: 3 of 3 calls fail.
     expect(alerts.get('WardlineUpstreamErrors') ?? []).toEqual([15])
-    expect([...alerts.keys()].sort()).toEqual(['WardlineUpstreamErrors', 'WardlineUpstreamUnreachable'])
+    // The probe needs no call: down from minute 5, it pages a minute later; /readyz has said 503 since then too.
+    expect(Math.min(...(alerts.get('WardlineUpstreamDown') ?? []))).toBe(6)
+    expect(Math.min(...(alerts.get('WardlineNotReady') ?? []))).toBe(7)
+    expect([...alerts.keys()].sort()).toEqual([
+      'WardlineNotReady',
+      'WardlineUpstreamDown',
+      'WardlineUpstreamErrors',
+      'WardlineUpstreamUnreachable',
+    ])
   } finally {
     await h.close()
   }
+})
+
+test('one failed health probe (a blip shorter than a minute) pages nobody; a minute of them fires WardlineUpstreamDown, which clears once it is back', async () => {
+  const m = replica(tempDir(), { ok: true })
+  const probe = m.upstreamProbeListener()
+  const result = (up: boolean) => ({
+    up,
+    status: up ? 406 : 0,
+    cause: up ? null : 'connection refused',
+    durationSeconds: 0.001,
+    at: Date.now(),
+  })
+  const blip = fired(await timeline(m, 15, (minute) => probe(result(minute !== 5))))
+  expect([...blip.keys()]).toEqual([])
+  const outage = fired(await timeline(m, 15, (minute) => probe(result(minute < 5 || minute >= 10))))
+  expect(outage.get('WardlineUpstreamDown')).toEqual([6, 7, 8, 9])
+  expect([...outage.keys()]).toEqual(['WardlineUpstreamDown'])
 })
 
 test('every counter alerts.yml takes increase() or rate() of is on /metrics at 0 before its first count, for every sink and kind', async () => {
