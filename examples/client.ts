@@ -116,9 +116,14 @@ export function describeFailure(err: unknown, last: LastAnswer | null, url: URL,
         // The challenge says which check failed (expired, bad signature…) without echoing the token.
         const challenge = last?.headers.get('www-authenticate')
         const why = /error_description="([^"]*)"/.exec(challenge ?? '')?.[1]
+        // A revoked token or identity stays refused whatever token is minted for it: only an operator can lift it.
+        const revoked = /\brevoked\b/.test(`${message} ${why ?? ''}`)
+        const remedy = revoked
+          ? 'this token (or its identity) was revoked; ask an operator (wardline revoke --list)'
+          : 'mint a fresh token (wardline token) or check auth.jwt'
         return new Failure(
           2,
-          `401 ${message || 'Unauthorized'}${why !== undefined && !message.includes(why) ? ` (${why})` : ''}: mint a fresh token (wardline token) or check auth.jwt`,
+          `401 ${message || 'Unauthorized'}${why !== undefined && !message.includes(why) ? ` (${why})` : ''}: ${remedy}`,
         )
       }
       case 403:
@@ -137,6 +142,19 @@ export function describeFailure(err: unknown, last: LastAnswer | null, url: URL,
       case 504:
         return new Failure(4, `${status} ${message}: Wardline could not get an answer from the MCP server behind it`)
       case 404:
+        // Forwarded by Wardline (it adds X-Wardline-Request-Id; it never answers a connect 404 itself):
+        // the MCP server behind it has no such path. The gateway appends the request's path to its
+        // upstream URL, so an upstream written with the server's /mcp sends /mcp to /mcp/mcp.
+        if (connecting && last?.headers.has('x-wardline-request-id') === true) {
+          const path = url.pathname.replace(/\/+$/, '') || '/'
+          return new Failure(
+            4,
+            path.endsWith('/mcp')
+              ? `HTTP 404 from ${url.href}: the MCP server behind Wardline has no ${path}. Likely cause: the gateway's upstream URL ends with the server's path (upstream: http://host:3001/mcp sends ${path} to /mcp${path}); set upstream to the server's address without it (wardline check-config warns about this)`
+              : `HTTP 404 from ${url.href}: the MCP server behind Wardline has no ${path}: is this the Streamable HTTP endpoint (usually …/mcp)? If it is, check the path of the gateway's upstream URL, which goes in front of ${path}`,
+          )
+        }
+        return new Failure(4, `HTTP ${status} from ${url.href}: is this the Streamable HTTP endpoint (usually …/mcp)?`)
       case 405:
         // The SSE pair (/sse) or a wrong path: this client speaks Streamable HTTP, one endpoint, usually /mcp.
         return new Failure(4, `HTTP ${status} from ${url.href}: is this the Streamable HTTP endpoint (usually …/mcp)?`)

@@ -8,6 +8,7 @@
  * template (example://notes/{id}) and one prompt; the template's id and the prompt's name complete.
  *
  * Run on its own: node dist/examples/mcp-server.js [--port 3001] [--host 127.0.0.1] [--mode stateful|stateless-json|stateless-sse]
+ * (`--help` prints USAGE below).
  */
 import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
@@ -17,8 +18,13 @@ import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mc
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { z } from 'zod'
+import { bindOrExplain } from '../src/server/listen'
 
-export type ExampleMode = 'stateful' | 'stateless-json' | 'stateless-sse'
+export const EXAMPLE_MODES = ['stateful', 'stateless-json', 'stateless-sse'] as const
+export type ExampleMode = (typeof EXAMPLE_MODES)[number]
+
+/** Binds the example server; a failure says what to change (a config key, a flag), as the gateway does. */
+export type ExampleListen = (server: Server, address: { readonly host: string; readonly port: number }) => Promise<void>
 
 export interface ExampleServer {
   readonly url: string
@@ -84,7 +90,9 @@ export function buildMcpServer(): McpServer {
   return mcp
 }
 
-export async function startExampleServer(options: { port?: number; host?: string; mode?: ExampleMode } = {}): Promise<ExampleServer> {
+export async function startExampleServer(
+  options: { port?: number; host?: string; mode?: ExampleMode; listen?: ExampleListen } = {},
+): Promise<ExampleServer> {
   const mode = options.mode ?? 'stateful'
   const sessions = new Map<string, StreamableHTTPServerTransport>()
   const legacy = new Map<string, SSEServerTransport>()
@@ -145,10 +153,12 @@ export async function startExampleServer(options: { port?: number; host?: string
       res.end(String(err))
     })
   })
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve))
+  const host = options.host ?? '127.0.0.1'
+  const listen = options.listen ?? ((s, address) => bindOrExplain(s, address, 'the example MCP server address', 'choose another port'))
+  await listen(server, { host, port: options.port ?? 0 })
   const { port } = server.address() as AddressInfo
   return {
-    url: `http://${options.host ?? '127.0.0.1'}:${port}`,
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     server,
     seen,
     close: async () => {
@@ -160,20 +170,58 @@ export async function startExampleServer(options: { port?: number; host?: string
   }
 }
 
+const USAGE = `usage: node dist/examples/mcp-server.js [--port <n>] [--host <address>] [--mode <mode>]
+
+The example MCP server (official MCP SDK) that \`npm start\` puts behind Wardline, run on its own.
+It reads no environment variables (\`npm start\` starts it on the port of WARDLINE_UPSTREAM instead).
+
+  --port <n>        port to listen on (default 3001; 0 picks a free one)
+  --host <address>  address to listen on (default 127.0.0.1)
+  --mode <mode>     stateful        Streamable HTTP with sessions (Mcp-Session-Id); the default
+                    stateless-json  no sessions; each POST answered with one JSON body
+                    stateless-sse   no sessions; each POST answered with an SSE stream
+  --help            print this and exit
+
+Endpoints: POST/GET/DELETE /mcp (Streamable HTTP); GET /sse + POST /messages?sessionId=… (legacy HTTP+SSE).
+Tools: echo, add, whoami, count_slowly, expensive_tool. Resources: example://readme, example://notes/{id}.
+Prompt: greeting.`
+
+/** The command line of the server run on its own; an Error (exit 2) names the argument that is wrong. */
+export function parseServerArgs(argv: readonly string[]): { help: true } | { help: false; port: number; host: string; mode: ExampleMode } {
+  if (argv.includes('--help') || argv.includes('-h')) return { help: true }
+  const flags = new Map<string, string>()
+  for (let i = 0; i < argv.length; i += 2) {
+    if (!['--port', '--host', '--mode'].includes(argv[i])) throw new Error(`unknown argument ${argv[i]}`)
+    if (i + 1 >= argv.length) throw new Error(`${argv[i]} needs a value`)
+    flags.set(argv[i], argv[i + 1])
+  }
+  const portText = flags.get('--port') ?? '3001'
+  const port = Number(portText)
+  if (!/^\d+$/.test(portText) || port > 65535) throw new Error(`--port ${portText}: must be a whole number from 0 to 65535`)
+  const mode = flags.get('--mode') ?? 'stateful'
+  if (!(EXAMPLE_MODES as readonly string[]).includes(mode)) throw new Error(`--mode ${mode}: must be one of ${EXAMPLE_MODES.join(', ')}`)
+  return { help: false, port, host: flags.get('--host') ?? '127.0.0.1', mode: mode as ExampleMode }
+}
+
 if (require.main === module) {
-  const args = process.argv.slice(2)
-  const arg = (name: string): string | undefined => {
-    const i = args.indexOf(name)
-    return i >= 0 ? args[i + 1] : undefined
+  let parsed: ReturnType<typeof parseServerArgs>
+  try {
+    parsed = parseServerArgs(process.argv.slice(2))
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${USAGE.split('\n')[0]}  (--help says more)\n`)
+    process.exit(2)
+  }
+  if (parsed.help) {
+    process.stdout.write(`${USAGE}\n`)
+    process.exit(0)
   }
   startExampleServer({
-    port: Number(arg('--port') ?? 3001),
-    host: arg('--host') ?? '127.0.0.1',
-    mode: (arg('--mode') as ExampleMode) ?? 'stateful',
+    ...parsed,
+    listen: (server, address) => bindOrExplain(server, address, '--host/--port', 'pass another --port (or stop what listens there)'),
   }).then(
-    (s) => process.stderr.write(`example MCP server on ${s.url}/mcp (legacy SSE on ${s.url}/sse)\n`),
+    (s) => process.stderr.write(`example MCP server (${parsed.mode}) on ${s.url}/mcp (legacy SSE on ${s.url}/sse)\n`),
     (err) => {
-      process.stderr.write(`example MCP server failed to start: ${String(err)}\n`)
+      process.stderr.write(`example MCP server failed to start: ${err instanceof Error ? err.message : String(err)}\n`)
       process.exit(1)
     },
   )

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command } from 'commander'
 import { loadConfig } from './config/load'
+import { configWarnings } from './config/warnings'
 import { ConfigError, describeError } from './errors'
 import { registerAdminCommands } from './cli/admin'
 import { registerAuditCommand } from './cli/audit'
@@ -32,8 +33,10 @@ export function buildCli(): Command {
     .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
     .action((opts: { config: string }) => {
       try {
-        loadConfig(opts.config)
+        const config = loadConfig(opts.config)
         process.stdout.write(`${opts.config}: ok\n`)
+        // Valid, but most likely not what was meant: said on stderr, exit status still 0.
+        for (const warning of configWarnings(config)) process.stderr.write(`${opts.config}: warning: ${warning}\n`)
       } catch (err) {
         if (err instanceof ConfigError) {
           process.stderr.write(`${opts.config}: ${err.problems.length} problem${err.problems.length === 1 ? '' : 's'}\n`)
@@ -46,11 +49,14 @@ export function buildCli(): Command {
     })
   program
     .command('token')
-    .description('print a token signed with the configured auth.jwt.secret (for trying the gateway; HS configs only)')
+    .description(
+      'print a token signed with the configured auth.jwt.secret (for trying the gateway; HS configs only); its jti (for wardline revoke --jti) goes to stderr',
+    )
     .option('-c, --config <file>', 'configuration file', 'wardline.yaml')
     .requiredOption('--sub <identity>', 'the identity (the auth.jwt.identity_claim claim)')
     .option('--tenant <tenant>', 'the tenant (the auth.jwt.tenant_claim claim); omitted means tenant "default"')
     .option('--ttl <duration>', 'lifetime: 90s, 30m, 1h, 7d', '1h')
+    .option('--json', 'print {token, jti, identity, tenant, issued_at, expires_at} as JSON instead of the bare token')
     .option(
       '--claim <key=value>',
       'an extra claim (repeatable; JSON values are parsed)',

@@ -3,6 +3,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'pr
 import type { BudgetConfig, PolicyConfig } from './config/types'
 import { DECISIONS, type Decision } from './pipeline/exchange'
 import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './upstream/failures'
+import type { ProbeResult } from './upstream/probe'
 
 const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
@@ -124,6 +125,19 @@ export class Metrics {
     'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
     'tool',
   )
+  /**
+   * Gated calls forwarded to the MCP server, by tool and outcome, and their upstream latency by tool;
+   * counted in AuditTrail.record from the same calls the audit entries are, with the same bounded tool
+   * label as the refusals.
+   */
+  private readonly forwardedCalls = new ForwardedCalls(
+    this.registry,
+    'wardline_forwarded_calls_total',
+    'Gated calls (tools/call, resources/*, prompts/*, completion/complete) forwarded to the MCP server, one per call (a batch element counts alone), by outcome (ok: a 2xx answer that ended; http_error: another status; upstream_error: no answer or a broken one; client_closed: the client left first) and tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
+    'wardline_forwarded_call_duration_seconds',
+    'Time from handing a forwarded request to the MCP server until its answer ended (an SSE answer: its last event), by tool; one observation per gated call, whatever its outcome',
+    DURATION_BUCKETS,
+  )
   /** One child per kind, made up front: every kind is exported from the start (at 0), and a failure costs an array read. */
   private readonly upstreamErrorCounters: Record<UpstreamErrorKind, Counter.Internal>
   readonly auditQueueLimit = new Gauge({
@@ -241,6 +255,7 @@ export class Metrics {
   nameLabels(names: LabelledNames): void {
     this.refusalsByTenant.setNames(names.tenants)
     this.refusalsByTool.setNames(names.tools)
+    this.forwardedCalls.setNames(names.tools)
   }
 
   /** One upstream failure (upstream/failures.ts): off the hot path, once per failed request. */
@@ -278,6 +293,35 @@ export class Metrics {
     this.budgetStoreStats = stats
   }
 
+  /**
+   * wardline_upstream_up, wardline_upstream_probe_duration_seconds and
+   * wardline_upstream_last_up_timestamp_seconds, set from each result of the upstream probe (the
+   * listener returned). Registered only here, so with the probe off none of them exists: an alert on
+   * wardline_upstream_up == 0 cannot fire on a gateway that does not probe.
+   */
+  upstreamProbeListener(): (result: ProbeResult) => void {
+    const up = new Gauge({
+      name: 'wardline_upstream_up',
+      help: "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
+      registers: [this.registry],
+    })
+    const duration = new Gauge({
+      name: 'wardline_upstream_probe_duration_seconds',
+      help: "How long the upstream's last health probe took, to the answer's head or the failure",
+      registers: [this.registry],
+    })
+    const lastUp = new Gauge({
+      name: 'wardline_upstream_last_up_timestamp_seconds',
+      help: 'Unix time of the last health probe that found the upstream up (0: none since start)',
+      registers: [this.registry],
+    })
+    return (result) => {
+      up.set(result.up ? 1 : 0)
+      duration.set(result.durationSeconds)
+      if (result.up) lastUp.set(result.at / 1000)
+    }
+  }
+
   /** One finished request: its count and its latency, under the decision the request as a whole came to. */
   recordRequest(decision: Decision, seconds: number): void {
     // indexOf over six interned strings took ~5 ns where a Record<Decision, number> read took ~12 ns
@@ -297,16 +341,37 @@ export class Metrics {
       this.refusalsByTool.add(tool, i)
     }
   }
+
+  /**
+   * One gated call of a forwarded request: its target (`''`: none), its outcome (a CALL_OUTCOMES index)
+   * and the seconds from the forward to the end of the answer. A Map lookup and a few array slots.
+   */
+  countForwardedCall(target: string, outcome: number, seconds: number): void {
+    this.forwardedCalls.add(target, outcome, seconds)
+  }
 }
+
+/**
+ * How a forwarded call ended, as the gateway sees it without reading the answer's body (the allow path
+ * never holds an answer): `ok`, the MCP server answered 2xx and the answer reached its end; `http_error`,
+ * it answered another status (a 404 for an unknown session, a 429, a 500), relayed as it was;
+ * `upstream_error`, no answer or a broken one (the 502s, 504s and cut streams of
+ * wardline_upstream_errors_total); `client_closed`, the client left (or shutdown cut the connection)
+ * before the answer ended. A tool result with `isError: true` and a JSON-RPC error both travel inside a
+ * 2xx answer, so both are `ok` here.
+ */
+export const CALL_OUTCOMES = ['ok', 'http_error', 'upstream_error', 'client_closed'] as const
+export type CallOutcome = (typeof CALL_OUTCOMES)[number]
 
 /** Decisions counted by tenant and tool: everything but allow and passthrough, by DECISIONS index. */
 const REFUSAL = Uint8Array.from(DECISIONS, (d) => (d === 'allow' || d === 'passthrough' ? 0 : 1))
 
 /**
- * Most names one label takes from the config. Each name is a series per refusal decision (four), on
- * every replica, in two metrics: 250 names is at most 2 000 series a replica, which a Prometheus holds
- * without notice; past it a config listing thousands of tenants would cost more than the dashboards
- * are worth. Names beyond it (in config order) count as `other`.
+ * Most names one label takes from the config. A tenant is a series per refusal decision (four); a tool
+ * is that, plus one per forwarded-call outcome (four) and the 17 of its latency histogram (14 buckets,
+ * +Inf, _sum, _count). 250 names is at most 1 000 tenant and 6 250 tool series a replica, which a
+ * Prometheus holds without notice; past it a config listing thousands of names would cost more than
+ * the dashboards are worth. Names beyond it (in config order) count as `other`.
  */
 export const MAX_LABELLED_NAMES = 250
 
@@ -352,20 +417,60 @@ export function labelValue(name: string): string {
 }
 
 /**
- * A counter by decision and one bounded name label (tenant or tool), kept in one Float64Array: row 0 is
- * `none`, row 1 `other`, then one row per configured name. A count is a Map lookup and an array slot.
- * Only rows counted print, as DecisionCounter's decisions do.
+ * Numbers by one bounded name label (tenant or tool), in one Float64Array of `width` numbers a row:
+ * row 0 is `none`, row 1 `other`, then one row per configured name. Finding a row is one Map lookup.
  */
-class RefusalsByName {
+class NameRows {
   /** Configured name → row. */
   private rows = new Map<string, number>()
   /** Row → the name it counts ('' for none, and for other). */
   private names: string[] = ['', '']
-  private counts = new Float64Array(2 * DECISIONS.length)
+  values: Float64Array
+
+  constructor(private readonly width: number) {
+    this.values = new Float64Array(2 * width)
+  }
+
+  get count(): number {
+    return this.names.length
+  }
+
+  /** Where the row of `name` (`''`: none) starts in `values`. */
+  offset(name: string): number {
+    return (name === '' ? 0 : (this.rows.get(name) ?? 1)) * this.width
+  }
+
+  /** The label value of a row. */
+  label(row: number): string {
+    return row === 0 ? NONE_LABEL : row === 1 ? OTHER_LABEL : labelValue(this.names[row])
+  }
+
+  /** Replaces the configured names, carrying the numbers of `none`, `other` and every name kept. */
+  setNames(names: readonly string[]): void {
+    const width = this.width
+    const values = new Float64Array((names.length + 2) * width)
+    values.set(this.values.subarray(0, 2 * width))
+    const rows = new Map<string, number>()
+    for (let i = 0; i < names.length; i++) {
+      rows.set(names[i], i + 2)
+      const old = this.rows.get(names[i])
+      if (old !== undefined) values.set(this.values.subarray(old * width, (old + 1) * width), (i + 2) * width)
+    }
+    this.rows = rows
+    this.names = ['', '', ...names]
+    this.values = values
+  }
+}
+
+/**
+ * A counter by decision and one bounded name label (tenant or tool), a row of NameRows per name. A
+ * count is a Map lookup and an array slot. Only rows counted print, as DecisionCounter's decisions do.
+ */
+class RefusalsByName {
+  private readonly rows = new NameRows(DECISIONS.length)
 
   constructor(registry: Registry, name: string, help: string, label: 'tenant' | 'tool') {
-    // collect() gets prom-client's Counter as `this`; the rows it reads are this object's, replaced at each reload.
-    const current = (): { counts: Float64Array; names: readonly string[] } => ({ counts: this.counts, names: this.names })
+    const rows = this.rows
     new Counter({
       name,
       help,
@@ -373,12 +478,11 @@ class RefusalsByName {
       registers: [registry],
       collect() {
         this.reset()
-        const { counts, names } = current()
-        for (let row = 0; row < names.length; row++) {
-          const value = row === 0 ? NONE_LABEL : row === 1 ? OTHER_LABEL : labelValue(names[row])
+        const counts = rows.values
+        for (let row = 0; row < rows.count; row++) {
           for (let d = 0; d < DECISIONS.length; d++) {
             const n = counts[row * DECISIONS.length + d]
-            if (n > 0) this.inc({ decision: DECISIONS[d], [label]: value }, n)
+            if (n > 0) this.inc({ decision: DECISIONS[d], [label]: rows.label(row) }, n)
           }
         }
       },
@@ -386,24 +490,105 @@ class RefusalsByName {
   }
 
   add(name: string, decision: number): void {
-    const row = name === '' ? 0 : (this.rows.get(name) ?? 1)
-    this.counts[row * DECISIONS.length + decision]++
+    this.rows.values[this.rows.offset(name) + decision]++
   }
 
-  /** Replaces the configured names, carrying the counts of `none`, `other` and every name kept. */
   setNames(names: readonly string[]): void {
-    const width = DECISIONS.length
-    const counts = new Float64Array((names.length + 2) * width)
-    counts.set(this.counts.subarray(0, 2 * width))
-    const rows = new Map<string, number>()
-    for (let i = 0; i < names.length; i++) {
-      rows.set(names[i], i + 2)
-      const old = this.rows.get(names[i])
-      if (old !== undefined) counts.set(this.counts.subarray(old * width, (old + 1) * width), (i + 2) * width)
-    }
+    this.rows.setNames(names)
+  }
+}
+
+/**
+ * wardline_forwarded_calls_total{outcome, tool} and wardline_forwarded_call_duration_seconds{tool}, in
+ * one NameRows: a row holds a count per outcome, then a count per bucket (the bucket an observation
+ * fell in and no lower one, not cumulative), then the sum of the seconds. Every call counted is
+ * observed once, so a tool's _count is the sum of its outcomes and needs no slot of its own. One Map
+ * lookup serves both metrics. The histogram registers itself as DecisionHistogram does.
+ */
+class ForwardedCalls {
+  private readonly rows: NameRows
+  private readonly sumAt: number
+
+  constructor(
+    registry: Registry,
+    countName: string,
+    countHelp: string,
+    private readonly durationName: string,
+    private readonly durationHelp: string,
+    private readonly bounds: readonly number[],
+  ) {
+    const outcomes = CALL_OUTCOMES.length
+    this.sumAt = outcomes + bounds.length
+    const width = this.sumAt + 1
+    const rows = new NameRows(width)
     this.rows = rows
-    this.names = ['', '', ...names]
-    this.counts = counts
+    new Counter({
+      name: countName,
+      help: countHelp,
+      labelNames: ['outcome', 'tool'] as const,
+      registers: [registry],
+      collect() {
+        this.reset()
+        const values = rows.values
+        for (let row = 0; row < rows.count; row++) {
+          for (let o = 0; o < outcomes; o++) {
+            const n = values[row * width + o]
+            if (n > 0) this.inc({ outcome: CALL_OUTCOMES[o], tool: rows.label(row) }, n)
+          }
+        }
+      },
+    })
+    registry.registerMetric({
+      name: durationName,
+      help: durationHelp,
+      type: 'histogram',
+      aggregator: 'sum',
+      get: () => this.durations(),
+      // Registry.resetMetrics() (nothing calls it): the rows are the counter's too, and its collect() refills it from them.
+      reset: () => undefined,
+    } as unknown as Metric)
+  }
+
+  add(name: string, outcome: number, seconds: number): void {
+    const values = this.rows.values
+    const at = this.rows.offset(name)
+    values[at + outcome]++
+    values[at + this.sumAt] += seconds
+    const bounds = this.bounds
+    for (let b = 0; b < bounds.length; b++) {
+      if (seconds <= bounds[b]) {
+        values[at + CALL_OUTCOMES.length + b]++
+        return
+      }
+    }
+  }
+
+  setNames(names: readonly string[]): void {
+    this.rows.setNames(names)
+  }
+
+  private durations(): Promise<{ name: string; help: string; type: string; values: HistogramSample[]; aggregator: string }> {
+    const { rows, bounds, sumAt } = this
+    const width = sumAt + 1
+    const out: HistogramSample[] = []
+    for (let row = 0; row < rows.count; row++) {
+      const at = row * width
+      let count = 0
+      for (let o = 0; o < CALL_OUTCOMES.length; o++) count += rows.values[at + o]
+      if (count === 0) continue
+      pushHistogram(
+        out,
+        this.durationName,
+        bounds,
+        'tool',
+        rows.label(row),
+        rows.values,
+        at + CALL_OUTCOMES.length,
+        rows.values[at + sumAt],
+        count,
+      )
+    }
+    return Promise.resolve({ name: this.durationName, help: this.durationHelp, type: 'histogram', values: out, aggregator: 'sum' })
   }
 }
 
@@ -449,9 +634,36 @@ class DecisionCounter {
 }
 
 interface HistogramSample {
-  readonly labels: { readonly le?: number | '+Inf'; readonly decision: Decision }
+  readonly labels: { readonly le?: number | '+Inf'; readonly [label: string]: string | number | undefined }
   readonly value: number
   readonly metricName: string
+}
+
+/**
+ * The samples of one labelled histogram series in prom-client's order: each bucket cumulative (`le` is
+ * inclusive), then +Inf, _sum and _count. `buckets[at…]` holds per bucket the observations that fell in
+ * it and no lower one.
+ */
+function pushHistogram(
+  out: HistogramSample[],
+  name: string,
+  bounds: readonly number[],
+  label: string,
+  value: string,
+  buckets: Float64Array,
+  at: number,
+  sum: number,
+  count: number,
+): void {
+  const bucketName = `${name}_bucket`
+  let cumulative = 0
+  for (let b = 0; b < bounds.length; b++) {
+    cumulative += buckets[at + b]
+    out.push({ labels: { le: bounds[b], [label]: value }, value: cumulative, metricName: bucketName })
+  }
+  out.push({ labels: { le: '+Inf', [label]: value }, value: count, metricName: bucketName })
+  out.push({ labels: { [label]: value }, value: sum, metricName: `${name}_sum` })
+  out.push({ labels: { [label]: value }, value: count, metricName: `${name}_count` })
 }
 
 /**
@@ -496,18 +708,9 @@ class DecisionHistogram {
 
   get(): Promise<{ name: string; help: string; type: string; values: HistogramSample[]; aggregator: string }> {
     const { name, bounds } = this
-    const bucketName = `${name}_bucket`
     const values: HistogramSample[] = []
     for (const i of this.seen) {
-      const decision = DECISIONS[i]
-      let cumulative = 0
-      for (let b = 0; b < bounds.length; b++) {
-        cumulative += this.buckets[i * bounds.length + b]
-        values.push({ labels: { le: bounds[b], decision }, value: cumulative, metricName: bucketName })
-      }
-      values.push({ labels: { le: '+Inf', decision }, value: this.counts[i], metricName: bucketName })
-      values.push({ labels: { decision }, value: this.sums[i], metricName: `${name}_sum` })
-      values.push({ labels: { decision }, value: this.counts[i], metricName: `${name}_count` })
+      pushHistogram(values, name, bounds, 'decision', DECISIONS[i], this.buckets, i * bounds.length, this.sums[i], this.counts[i])
     }
     return Promise.resolve({ name, help: this.help, type: this.type, values, aggregator: this.aggregator })
   }

@@ -1,6 +1,13 @@
 /** A dependency /readyz asks about. `check` must settle quickly (bound it inside). */
 export interface ReadinessCheck {
   readonly name: string
+  /** Default true: a failing check makes /readyz 503. False: it is reported in the body only. */
+  readonly required?: boolean
+  /**
+   * The check reads a result kept up to date elsewhere and does no I/O (the upstream probe's last
+   * result): /readyz asks it every time instead of sharing a run, so its answer is never older than that result.
+   */
+  readonly instant?: boolean
   check(): Promise<{ ok: boolean; detail?: Record<string, unknown> }>
 }
 
@@ -14,6 +21,7 @@ export interface ReadinessCheck {
  */
 export class SharedReadiness implements ReadinessCheck {
   readonly name: string
+  readonly required: boolean | undefined
   private latest: ReturnType<ReadinessCheck['check']> | null = null
   private running = false
   private startedAtMs = 0
@@ -25,6 +33,7 @@ export class SharedReadiness implements ReadinessCheck {
     private readonly now: () => number = () => performance.now(),
   ) {
     this.name = inner.name
+    this.required = inner.required
   }
 
   check(): ReturnType<ReadinessCheck['check']> {

@@ -1,4 +1,4 @@
-import { Metrics } from '../src/metrics'
+import { CALL_OUTCOMES, type CallOutcome, Metrics } from '../src/metrics'
 
 // The expected text below is what prom-client's own Counter and Histogram printed for the same calls
 // before the per-request metrics became plain arrays read at scrape time: /metrics must not change.
@@ -119,4 +119,86 @@ test("the registry's JSON holds the same samples as the text, labels merged as p
     expect.objectContaining({ metricName: 'wardline_request_duration_seconds_count', labels: { decision: 'error' }, value: 1 }),
   )
   expect(json.find((m) => m.name === 'wardline_audit_entries_total')?.values).toEqual([{ labels: { decision: 'error' }, value: 1 }])
+})
+
+describe('forwarded calls by tool', () => {
+  const outcome = (o: CallOutcome): number => CALL_OUTCOMES.indexOf(o)
+  /** The bucket lines of one tool, as `le count` pairs. */
+  async function buckets(metrics: Metrics, tool: string): Promise<string[]> {
+    const text = await section(metrics, 'wardline_forwarded_call_duration_seconds')
+    const prefix = `wardline_forwarded_call_duration_seconds_bucket{le="`
+    return text
+      .split('\n')
+      .filter((l) => l.startsWith(prefix) && l.includes(`tool="${tool}"}`))
+      .map((l) => `${l.slice(prefix.length, l.indexOf('"', prefix.length))} ${l.slice(l.lastIndexOf(' ') + 1)}`)
+  }
+
+  test('counts by outcome and tool, and one observation per call in the request histogram buckets (le inclusive)', async () => {
+    const metrics = new Metrics()
+    metrics.nameLabels({ tenants: [], tools: ['search', 'other'] })
+    metrics.countForwardedCall('search', outcome('ok'), 0.005) // exactly on a bound
+    metrics.countForwardedCall('search', outcome('ok'), 0.3)
+    metrics.countForwardedCall('search', outcome('upstream_error'), 31) // above the last bound: +Inf only
+    metrics.countForwardedCall('other', outcome('ok'), 0.001) // a tool literally named other
+    metrics.countForwardedCall('made-up', outcome('client_closed'), 0.02)
+    metrics.countForwardedCall('', outcome('http_error'), 0.002)
+
+    // Rows in their fixed order: none, other, then the configured names in config order.
+    expect((await section(metrics, 'wardline_forwarded_calls_total')).split('\n').slice(2)).toEqual([
+      'wardline_forwarded_calls_total{outcome="http_error",tool="none"} 1',
+      'wardline_forwarded_calls_total{outcome="client_closed",tool="other"} 1',
+      'wardline_forwarded_calls_total{outcome="ok",tool="search"} 2',
+      'wardline_forwarded_calls_total{outcome="upstream_error",tool="search"} 1',
+      'wardline_forwarded_calls_total{outcome="ok",tool="configured:other"} 1',
+    ])
+    expect(await buckets(metrics, 'search')).toEqual([
+      '0.001 0',
+      '0.0025 0',
+      '0.005 1',
+      '0.01 1',
+      '0.025 1',
+      '0.05 1',
+      '0.1 1',
+      '0.25 1',
+      '0.5 2',
+      '1 2',
+      '2.5 2',
+      '5 2',
+      '10 2',
+      '30 2',
+      '+Inf 3',
+    ])
+    const text = await section(metrics, 'wardline_forwarded_call_duration_seconds')
+    expect(text).toContain('wardline_forwarded_call_duration_seconds_sum{tool="search"} 31.305')
+    expect(text).toContain('wardline_forwarded_call_duration_seconds_count{tool="search"} 3')
+    expect(text).toContain('wardline_forwarded_call_duration_seconds_count{tool="configured:other"} 1')
+    expect(text).toContain('wardline_forwarded_call_duration_seconds_count{tool="other"} 1')
+    expect(text).toContain('wardline_forwarded_call_duration_seconds_count{tool="none"} 1')
+    expect(text.split('\n').filter((l) => l.includes('_bucket{')).length).toBe(4 * 15)
+  })
+
+  test('a reload keeps the counts and observations of names it keeps; a dropped name stops printing and counts as other from then on', async () => {
+    const metrics = new Metrics()
+    metrics.nameLabels({ tenants: [], tools: ['a', 'b'] })
+    metrics.countForwardedCall('a', outcome('ok'), 0.2)
+    metrics.countForwardedCall('b', outcome('ok'), 0.2)
+    metrics.nameLabels({ tenants: [], tools: ['c', 'a'] })
+    metrics.countForwardedCall('a', outcome('ok'), 0.04)
+    metrics.countForwardedCall('b', outcome('ok'), 3)
+    const text = await metrics.registry.metrics()
+    expect(text).toContain('wardline_forwarded_calls_total{outcome="ok",tool="a"} 2')
+    expect(text).toContain('wardline_forwarded_calls_total{outcome="ok",tool="other"} 1')
+    expect(text).not.toContain('tool="b"')
+    expect(text).not.toContain('tool="c"') // configured, never called: no series
+    expect(await buckets(metrics, 'a')).toEqual(expect.arrayContaining(['0.05 1', '0.25 2', '+Inf 2']))
+    expect(await buckets(metrics, 'other')).toEqual(expect.arrayContaining(['2.5 0', '5 1']))
+  })
+
+  test('a fresh registry prints the HELP and TYPE lines of both, so dashboards and rules can name them before the first call', async () => {
+    const metrics = new Metrics()
+    expect(await section(metrics, 'wardline_forwarded_calls_total')).toMatch(/^# HELP .*\n# TYPE wardline_forwarded_calls_total counter$/)
+    expect(await section(metrics, 'wardline_forwarded_call_duration_seconds')).toMatch(
+      /^# HELP .*\n# TYPE wardline_forwarded_call_duration_seconds histogram$/,
+    )
+  })
 })

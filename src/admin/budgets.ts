@@ -60,7 +60,7 @@ export function getBudgets(parts: BudgetAdminParts): (req: AdminRequest) => Prom
     const buckets = readings.map((r) => render(viewOf(r.key, views, parts.config()), r))
     return {
       status: 200,
-      body: { scope: parts.scope, buckets, notes },
+      body: { scope: parts.scope, tenant: tenantRead(filters), buckets, notes },
       target: describeFilters(filters),
       reason: `${buckets.length} bucket${buckets.length === 1 ? '' : 's'} read`,
     }
@@ -83,7 +83,7 @@ export function resetBudgets(parts: BudgetAdminParts): (req: AdminRequest) => Pr
     const summary = reset.map((b) => `${b.kind} ${JSON.stringify(b.name)} ${b.window_seconds}s (used ${b.used})`).join(', ')
     return {
       status: 200,
-      body: { scope: parts.scope, reset, notes },
+      body: { scope: parts.scope, tenant: tenantRead(filters), reset, notes },
       target: describeFilters(filters),
       reason: reset.length === 0 ? `nothing to reset (${parts.scope})` : `reset ${summary} (${parts.scope})`,
     }
@@ -264,6 +264,15 @@ function render(view: BucketView, r: BucketReading): BucketReport {
     reset_seconds: reset,
     reset_at: reset === null ? null : new Date(Date.now() + reset * 1000).toISOString(),
   }
+}
+
+/**
+ * The tenant the answer is about (`tenant` of GET and DELETE /budgets): the one given, `default` for an
+ * identity given without one (as for a token without a tenant claim), null when no tenant applies. It
+ * is in the answer so that `wardline budget show --identity alice` says which alice it read.
+ */
+function tenantRead(f: Filters): string | null {
+  return f.tenant ?? (f.identity !== null ? DEFAULT_TENANT : null)
 }
 
 function describeFilters(f: Filters): string {

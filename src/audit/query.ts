@@ -40,13 +40,23 @@ const MAX_RELATIVE_MS = 36_500 * 86_400_000
 const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}(?::?\d{2})?))?$/i
 const ISO_WITHOUT_OFFSET = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?$/i
 
+/** The days a word names, back from today's: each starts at 00:00 UTC, like a date alone. */
+const DAY_WORDS: Readonly<Record<string, number>> = { today: 0, yesterday: 1 }
+const DAY_MS = 86_400_000
+
 /**
- * `--since` / `--until`: a duration back from now (`90s`, `30m`, `1h`, `7d`) or an ISO 8601 time. A
- * date alone is midnight UTC; a date and time needs `Z` or an offset: the audit trail is in UTC, and a
- * time read in whatever zone this shell has would select another hour than the operator thinks.
+ * `--since` / `--until`: a duration back from now (`90s`, `30m`, `1h`, `7d`), `today` or `yesterday`,
+ * or an ISO 8601 time. A date alone is midnight UTC, and so are `today` and `yesterday` (the start of
+ * that UTC day: `--since yesterday --until today` is all of yesterday, as the trail's UTC timestamps
+ * show it); a date and time needs `Z` or an offset: the audit trail is in UTC, and a time read in
+ * whatever zone this shell has would select another hour than the operator thinks, and another on
+ * the next operator's machine.
  */
 export function parseTime(flag: string, text: string, nowMs: number): number {
   const value = text.trim()
+  const word = value.toLowerCase()
+  // A UTC day is always 24 h long (no daylight saving), so whole days of epoch milliseconds are days.
+  if (Object.hasOwn(DAY_WORDS, word)) return (Math.floor(nowMs / DAY_MS) - DAY_WORDS[word]) * DAY_MS
   const relative = /^(\d{1,9})([smhd])$/.exec(value)
   if (relative !== null) {
     const ms = Number(relative[1]) * UNITS[relative[2]]
@@ -63,7 +73,7 @@ export function parseTime(flag: string, text: string, nowMs: number): number {
   // Date.parse rolls 2026-02-31 over to March: a date that does not round-trip is refused.
   if (iso === null || Number.isNaN(ms) || !sameCalendarDay(iso, ms)) {
     throw new AuditQueryError(
-      `${flag} ${text}: must be a duration back from now (90s, 30m, 1h, 7d) or an ISO 8601 time (2026-12-01T09:30:00Z)`,
+      `${flag} ${text}: must be a duration back from now (90s, 30m, 1h, 7d), today or yesterday (from 00:00 UTC), or an ISO 8601 time (2026-12-01T09:30:00Z)`,
     )
   }
   return ms

@@ -1,5 +1,5 @@
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
-import type { Metrics } from '../metrics'
+import { CALL_OUTCOMES, type Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { type AuditEntry, auditEntries, entryCount, requestDecision } from './entry'
 import type { AuditWriter } from './writer'
@@ -58,9 +58,24 @@ export class AuditTrail {
     // One request, one count and one latency, however many entries a batch wrote.
     this.metrics.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
     for (const e of entries) this.metrics.countEntry(e.decision, e.tenant, e.tool)
+    if (ex.forwarded) this.countForwardedCalls(ex, now)
     const reserved = ex.auditReserved
     ex.auditReserved = 0 // a second record() of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)
+  }
+
+  /**
+   * wardline_forwarded_calls_total and _call_duration_seconds: each gated call of a forwarded request,
+   * the calls that got an audit entry of their own (a batch element counts alone, with the batch's
+   * outcome and duration, as its entry has the batch's status and latency). Here, where every request
+   * ends once, rather than in the relay: the relay does not see a request the client left before it was
+   * sent, and its answer's end is only a moment before this.
+   */
+  private countForwardedCalls(ex: Exchange, nowMonoMs: number): void {
+    const outcome = callOutcome(ex)
+    const seconds = (nowMonoMs - ex.forwardedMonoMs) / 1000
+    const calls = ex.calls
+    for (let i = 0; i < calls.length; i++) if (calls[i].gated) this.metrics.countForwardedCall(calls[i].target, outcome, seconds)
   }
 
   /**
@@ -99,4 +114,21 @@ export class AuditTrail {
   observeQueues(): void {
     for (const w of this.writers) this.metrics.auditQueued.labels(w.sink.name).set(w.pending)
   }
+}
+
+const OK = CALL_OUTCOMES.indexOf('ok')
+const HTTP_ERROR = CALL_OUTCOMES.indexOf('http_error')
+const UPSTREAM_ERROR = CALL_OUTCOMES.indexOf('upstream_error')
+const CLIENT_CLOSED = CALL_OUTCOMES.indexOf('client_closed')
+
+/**
+ * The CALL_OUTCOMES index of a forwarded request, from what the relay left on the exchange: a failure
+ * it could not relay is `error` (a stream cut after its head too, which is also `aborted`), a client
+ * that left (or a connection shutdown cut) is `aborted` alone, and otherwise the status is the
+ * upstream's own.
+ */
+function callOutcome(ex: Exchange): number {
+  if (ex.decision === 'error') return UPSTREAM_ERROR
+  if (ex.aborted) return CLIENT_CLOSED
+  return ex.status >= 200 && ex.status <= 299 ? OK : HTTP_ERROR
 }

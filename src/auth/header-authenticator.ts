@@ -16,7 +16,8 @@ export class HeaderAuthenticator implements Authenticator {
     const tenant = tenantHeader === '' ? DEFAULT_TENANT : tenantHeader
     const problem = checkPrincipal('identity', identity) ?? checkPrincipal('tenant', tenant)
     if (problem !== null) return { failed: true, reason: problem, bearerError: null }
-    return { identity, tenant }
+    // No token: nothing a jti revocation can match, and no `iat` (an issued-before revocation refuses it).
+    return { identity, tenant, tokenId: null, issuedAt: null }
   }
 }
 

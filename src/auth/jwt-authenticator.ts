@@ -152,7 +152,10 @@ export class JwtAuthenticator implements Authenticator {
     }
     const problem = checkPrincipal('identity', identity) ?? checkPrincipal('tenant', tenant)
     if (problem !== null) return invalid(`token ${problem}`)
-    return Object.freeze({ identity, tenant })
+    // For revocation by token id and by issue time. jose has checked that `iat`, when present, is a
+    // number; a `jti` that is not a string is no id a revocation can name, so the token has none.
+    const tokenId = typeof payload.jti === 'string' ? payload.jti : null
+    return Object.freeze({ identity, tenant, tokenId, issuedAt: payload.iat ?? null })
   }
 
   close(): void {

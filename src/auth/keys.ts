@@ -47,12 +47,19 @@ export async function loadKeys(config: JwtConfig, log: Logger): Promise<Verifica
 
 const HMAC_HASH: Readonly<Record<string, string>> = { HS256: 'SHA-256', HS384: 'SHA-384', HS512: 'SHA-512' }
 
+/**
+ * The warning for a gateway (startup) or a token (`wardline token`) whose secret is DEVELOPMENT_SECRET,
+ * or null for any other secret: one sentence, so both say the same thing.
+ */
+export function developmentSecretWarning(secret: string): string | null {
+  return secret === DEVELOPMENT_SECRET
+    ? 'auth.jwt.secret is the public development secret: anyone can mint tokens for this gateway; set WARDLINE_JWT_SECRET before exposing it'
+    : null
+}
+
 async function hmacKeys(secret: string, algorithms: readonly string[], log: Logger): Promise<VerificationKeys> {
-  if (secret === DEVELOPMENT_SECRET) {
-    log.warn(
-      'auth.jwt.secret is the public development secret: anyone can mint tokens for this gateway; set WARDLINE_JWT_SECRET before exposing it',
-    )
-  }
+  const warning = developmentSecretWarning(secret)
+  if (warning !== null) log.warn(warning)
   const bytes = new TextEncoder().encode(secret)
   // A CryptoKey is verified about twice as fast as raw bytes, which jose would import on every call.
   const keys = new Map<string, CryptoKey>()

@@ -1,13 +1,15 @@
 import type { AuthConfig } from '../config/types'
-import type { Exchange } from '../pipeline/exchange'
+import type { Exchange, Principal } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
-import type { Revocation, RevocationList } from './revocations'
+import { ALL_IDENTITIES, type Revocation, type RevocationList } from './revocations'
 
 /**
- * Right after the auth stage, on every request (a token answered from the token cache included):
+ * Right after the auth stage, on every request (a token answered from the token cache included: the
+ * cached principal carries its token's `jti` and `iat`, so a cache hit is judged like a fresh token):
  * a revoked principal gets 401 with the same challenge as any other unacceptable token (RFC 6750 §3.1
  * `invalid_token`), so a client drops the token or asks its user for another. The audit entry says
- * `unauthorized` with reason `revoked` (and its end, when it has one).
+ * `unauthorized` with a reason naming the revocation that matched (identity, token jti, or tokens
+ * issued before a time) and its end, when it has one; never the token.
  *
  * The list is read in memory: with none revoked the stage costs one property read.
  */
@@ -23,21 +25,28 @@ export function revocationStage(list: RevocationList, config: AuthConfig, onRefu
       if (list.size === 0) return CONTINUE
       const principal = ex.principal
       if (principal === null) return CONTINUE
-      const revocation = list.find(principal.tenant, principal.identity, Date.now())
+      const revocation = list.find(principal, Date.now())
       if (revocation === null) return CONTINUE
       onRefused?.()
-      return revoked(revocation, headers)
+      return revoked(revocation, principal, headers)
     },
   }
 }
 
-function revoked(revocation: Revocation, headers: Readonly<Record<string, string>>): Refusal {
-  const scope = revocation.identity === '*' ? ' (whole tenant)' : ''
-  return {
-    status: 401,
-    decision: 'unauthorized',
-    reason: revocation.until === null ? `revoked${scope}` : `revoked until ${revocation.until}${scope}`,
-    message: 'Unauthorized: revoked',
-    headers,
-  }
+function revoked(revocation: Revocation, principal: Principal, headers: Readonly<Record<string, string>>): Refusal {
+  const end = revocation.until === null ? '' : ` until ${revocation.until}`
+  const scope = revocation.kind !== 'jti' && revocation.identity === ALL_IDENTITIES ? ' (whole tenant)' : ''
+  let what: string
+  if (revocation.kind === 'jti') what = `revoked token (jti ${JSON.stringify(revocation.jti)})`
+  else if (revocation.kind === 'issued_before') what = `revoked tokens issued before ${revocation.issued_before} (${issuedAtOf(principal)})`
+  else what = 'revoked identity'
+  return { status: 401, decision: 'unauthorized', reason: `${what}${end}${scope}`, message: 'Unauthorized: revoked', headers }
+}
+
+/** The refused token's `iat` for the audit reason, as an ISO time when it is one. */
+function issuedAtOf(principal: Principal): string {
+  const iat = principal.issuedAt
+  if (iat === null || iat === undefined) return 'this one has no iat'
+  const at = new Date(iat * 1000)
+  return `this one issued ${Number.isNaN(at.getTime()) ? `at iat ${iat}` : at.toISOString()}`
 }

@@ -1,9 +1,18 @@
+import type { Principal } from '../pipeline/exchange'
+import { hasControlCharacters } from '../pipeline/exchange'
 import { checkPrincipal } from './principal'
+import { ALL_IDENTITIES, ViewedRevocations, viewEntry } from './revocation-view'
 
-/** One revoked identity (or, with identity `*`, a whole tenant), as listed and as stored. */
-export interface Revocation {
-  identity: string
-  tenant: string
+/**
+ * The three kinds of revocation (docs/operations.md, section revocation):
+ *  - `identity`: every token of (tenant, identity) (identity `*`: every identity of the tenant);
+ *  - `jti`: the one token whose `jti` claim is this string, whoever holds it;
+ *  - `issued_before`: every token of (tenant, identity) (or `*`) whose `iat` is before a time, so a
+ *    leaked token stops working and one minted after that time works.
+ */
+export type RevocationKind = 'identity' | 'jti' | 'issued_before'
+
+interface Listed {
   /** ISO 8601; null: until removed. */
   until: string | null
   /** ISO 8601: when the revocation was made (or last replaced). */
@@ -11,45 +20,68 @@ export interface Revocation {
   reason?: string
 }
 
-export interface RevocationRequest {
-  identity: string
-  tenant: string
+/** One revocation, as listed and as stored. */
+export type Revocation =
+  | ({ kind: 'identity'; identity: string; tenant: string } & Listed)
+  | ({ kind: 'jti'; jti: string } & Listed)
+  | ({ kind: 'issued_before'; identity: string; tenant: string; /** ISO 8601 */ issued_before: string } & Listed)
+
+/** What names one revocation (to remove it): each kind has at most one entry per target. */
+export type RevocationTarget =
+  | { readonly kind?: 'identity'; readonly identity: string; readonly tenant: string }
+  | { readonly kind: 'jti'; readonly jti: string }
+  | { readonly kind: 'issued_before'; readonly identity: string; readonly tenant: string }
+
+export type RevocationRequest = (
+  | { readonly kind?: 'identity'; readonly identity: string; readonly tenant: string }
+  | { readonly kind: 'jti'; readonly jti: string }
+  | {
+      readonly kind: 'issued_before'
+      readonly identity: string
+      readonly tenant: string
+      /** Tokens whose `iat` is before this are refused; not in the future. */
+      readonly issuedBefore: Date
+    }
+) & {
   /** When the revocation stops applying; null: until removed. Must lie in the future. */
-  until: Date | null
-  reason?: string
+  readonly until: Date | null
+  readonly reason?: string
 }
 
 /**
- * The identities refused with 401 whatever their token says (docs/operations.md, section revocation).
+ * The revocations refused with 401 whatever their token's signature says (docs/operations.md, section
+ * revocation).
  *
- * `isRevoked` is on the request path: synchronous, one Map lookup on a view held in memory (read
- * `size` first: an empty list then costs one property read). The other methods are for operators
- * (the admin API); `revoke` and `remove` apply to this replica's view as soon as they resolve, and
- * with shared storage reach the other replicas at their next refresh (within a second).
+ * `isRevoked` and `find` are on the request path: synchronous, a few Map lookups on a view held in
+ * memory (read `size` first: an empty list then costs one property read). The other methods are for
+ * operators (the admin API); `revoke` and `remove` apply to this replica's view as soon as they resolve,
+ * and with shared storage reach the other replicas at their next refresh (within a second).
  *
- * Matching is exact (case-sensitive, byte for byte, as budgets and policy match principals).
- * Identity `*` revokes every identity of its tenant. An entry whose `until` has passed stops applying
- * at once (judged by `nowMs`) and is removed from the view and the storage soon after.
+ * Matching is exact (case-sensitive, byte for byte, as budgets and policy match principals; a `jti` as
+ * signed). Identity `*` stands for every identity of its tenant. An entry whose `until` has passed stops
+ * applying at once (judged by `nowMs`) and is removed from the view and the storage soon after.
  */
 export interface RevocationList {
   /** Entries in this replica's view (expired ones included until they are cleaned up). */
   readonly size: number
-  isRevoked(tenant: string, identity: string, nowMs: number): boolean
-  /** The revocation that applies (the identity's own first, then its tenant's `*`), or null. */
-  find(tenant: string, identity: string, nowMs: number): Revocation | null
-  /** Adds the revocation, or replaces the one of the same (tenant, identity). Rejects bad input with RevocationInputError. */
+  isRevoked(principal: Principal, nowMs: number): boolean
+  /**
+   * The revocation that refuses this principal, or null: the identity's own, then its tenant's `*`, then
+   * one of its token's `jti`, then an issued-before one (own, then `*`) its token's `iat` falls under.
+   */
+  find(principal: Principal, nowMs: number): Revocation | null
+  /** Adds the revocation, or replaces the one of the same target. Rejects bad input with RevocationInputError. */
   revoke(r: RevocationRequest): Promise<Revocation>
-  /** Every revocation still in force, sorted by tenant then identity. */
+  /** Every revocation still in force, sorted (sortRevocations). */
   list(): Promise<Revocation[]>
   /** Resolves false when there was no such revocation. */
-  remove(identity: string, tenant: string): Promise<boolean>
+  remove(target: RevocationTarget): Promise<boolean>
   /** The /readyz fields: `revocations` (`ok`, or `stale` when the shared list could not be refreshed), counts, age. */
   details(): Record<string, unknown>
   close(): Promise<void>
 }
 
-/** Identity that stands for every identity of its tenant. */
-export const ALL_IDENTITIES = '*'
+export { ALL_IDENTITIES } from './revocation-view'
 
 /** Longest operator note kept with a revocation. */
 export const MAX_REASON_CHARS = 1024
@@ -63,21 +95,67 @@ export class RevocationInputError extends Error {
 }
 
 /**
+ * Longest `jti` a revocation names. Token ids are UUIDs or shorter in practice; the bound keeps a
+ * pasted token (three segments, hundreds of bytes) from being stored as one by mistake.
+ */
+export const MAX_JTI_BYTES = 256
+
+/**
+ * How far in the future `issued_before` may lie: room for `--issued-before now` read on the operator's
+ * clock, a little ahead of the gateway's. Further ahead, it would refuse tokens not minted yet.
+ */
+export const ISSUED_BEFORE_SKEW_MS = 60_000
+
+/**
  * Why a revocation request is unacceptable, or null. Identity and tenant follow the auth stage's rules
  * for principals (checkPrincipal): a value no token can carry could never match, so accepting it would
- * only hide a typo. `now` is the caller's clock, for `until`.
+ * only hide a typo. `now` is the caller's clock, for `until` and `issued_before`.
  */
 export function checkRevocationInput(r: RevocationRequest, nowMs = Date.now()): string | null {
-  if (typeof r.identity !== 'string') return 'identity must be a string'
-  if (typeof r.tenant !== 'string') return 'tenant must be a string'
-  const identity = r.identity === ALL_IDENTITIES ? null : checkPrincipal('identity', r.identity)
-  const problem = identity ?? checkPrincipal('tenant', r.tenant)
-  if (problem !== null) return problem
+  const target = targetProblem(r)
+  if (target !== null) return target
+  if (r.kind === 'issued_before') {
+    const before = r.issuedBefore
+    if (!(before instanceof Date) || Number.isNaN(before.getTime())) return 'issued_before must be a date (ISO 8601)'
+    // No token is issued before the epoch, and Postgres has no year 0 (0000-01-01 would fail as a store error, not a 400).
+    if (before.getTime() <= 0) return `issued_before (${before.toISOString()}) is not after 1970-01-01T00:00:00Z: it would refuse nothing`
+    if (before.getTime() > nowMs + ISSUED_BEFORE_SKEW_MS) {
+      return `issued_before (${before.toISOString()}) is in the future: it would refuse tokens not minted yet (use the current time)`
+    }
+  }
   if (r.until !== null) {
     if (!(r.until instanceof Date) || Number.isNaN(r.until.getTime())) return 'until must be a date (ISO 8601) or null'
     if (r.until.getTime() <= nowMs) return `until (${r.until.toISOString()}) is not in the future: the revocation would never apply`
   }
   if (r.reason !== undefined) return reasonProblem(r.reason)
+  return null
+}
+
+/** Why a target (what a revocation names) is unacceptable, or null. */
+export function targetProblem(t: RevocationTarget): string | null {
+  if (t.kind === 'jti') return jtiProblem(t.jti)
+  if (t.kind !== undefined && t.kind !== 'identity' && t.kind !== 'issued_before') return 'kind must be identity, jti or issued_before'
+  if (typeof t.identity !== 'string') return 'identity must be a string'
+  if (typeof t.tenant !== 'string') return 'tenant must be a string'
+  return (t.identity === ALL_IDENTITIES ? null : checkPrincipal('identity', t.identity)) ?? checkPrincipal('tenant', t.tenant)
+}
+
+/** With the u flag a surrogate pair is one code point, so only an unpaired half matches. */
+const LONE_SURROGATE = /\p{Surrogate}/u
+
+/**
+ * Why a `jti` to revoke is unacceptable, or null: 1 to MAX_JTI_BYTES bytes of printable text with no
+ * whitespace at its ends. A token whose `jti` breaks these rules cannot be revoked by jti (revoke its
+ * identity, or its tokens issued before a time); refusing such input catches a paste that took a line
+ * break or a space along.
+ */
+export function jtiProblem(jti: unknown): string | null {
+  if (typeof jti !== 'string') return 'jti must be a string'
+  if (jti.length === 0) return 'jti is empty'
+  if (Buffer.byteLength(jti) > MAX_JTI_BYTES) return `jti is longer than ${MAX_JTI_BYTES} bytes`
+  if (hasControlCharacters(jti)) return 'jti contains control characters'
+  if (jti.trim() !== jti) return 'jti has leading or trailing whitespace'
+  if (LONE_SURROGATE.test(jti)) return 'jti is not well-formed Unicode'
   return null
 }
 
@@ -106,130 +184,18 @@ export function reasonProblem(reason: unknown): string | null {
   return `reason contains ${what} (${name}) at character ${found.index + 1}: a reason is one line of printable text`
 }
 
-/** One entry of the view: the listed form plus its end as a number, for the hot path. */
-export interface ViewEntry {
-  readonly revocation: Revocation
-  /** Epoch ms; Infinity when it has no end. */
-  readonly untilMs: number
-}
-
-export function viewEntry(revocation: Revocation): ViewEntry {
-  return { revocation, untilMs: revocation.until === null ? Infinity : Date.parse(revocation.until) }
-}
-
-/**
- * The revocations this replica applies: tenant → identity → entry. Nested maps rather than one joined
- * key: no string is built per request, and no (tenant, identity) pair can collide with another
- * whatever the strings hold.
- */
-export class RevocationView {
-  private byTenant = new Map<string, Map<string, ViewEntry>>()
-  private count = 0
-  /**
-   * No entry ends before this (epoch ms; may be early after a delete, never late): prune() scans only
-   * once it has passed, so /readyz and /metrics (no token needed) cost O(1), not O(entries), per call.
-   */
-  private earliestUntilMs = Infinity
-
-  get size(): number {
-    return this.count
-  }
-
-  find(tenant: string, identity: string, nowMs: number): ViewEntry | null {
-    const identities = this.byTenant.get(tenant)
-    if (identities === undefined) return null
-    const own = this.live(identities, identity, nowMs)
-    return own ?? this.live(identities, ALL_IDENTITIES, nowMs)
-  }
-
-  /** The entry for `identity` if still in force; an expired one is dropped on the way. */
-  private live(identities: Map<string, ViewEntry>, identity: string, nowMs: number): ViewEntry | null {
-    const entry = identities.get(identity)
-    if (entry === undefined) return null
-    if (entry.untilMs > nowMs) return entry
-    this.delete(entry.revocation.tenant, identity)
-    return null
-  }
-
-  set(entry: ViewEntry): void {
-    const { tenant, identity } = entry.revocation
-    let identities = this.byTenant.get(tenant)
-    if (identities === undefined) this.byTenant.set(tenant, (identities = new Map<string, ViewEntry>()))
-    if (!identities.has(identity)) this.count++
-    identities.set(identity, entry)
-    if (entry.untilMs < this.earliestUntilMs) this.earliestUntilMs = entry.untilMs
-  }
-
-  delete(tenant: string, identity: string): boolean {
-    const identities = this.byTenant.get(tenant)
-    if (identities === undefined || !identities.delete(identity)) return false
-    this.count--
-    if (identities.size === 0) this.byTenant.delete(tenant)
-    return true
-  }
-
-  /** Replaces every entry at once (a refresh from shared storage). */
-  replace(entries: readonly ViewEntry[]): void {
-    const next = new RevocationView()
-    for (const e of entries) next.set(e)
-    this.byTenant = next.byTenant
-    this.count = next.count
-    this.earliestUntilMs = next.earliestUntilMs
-  }
-
-  /** Drops the entries whose end has passed; returns how many are left. */
-  prune(nowMs: number): number {
-    if (nowMs < this.earliestUntilMs) return this.count
-    let earliest = Infinity
-    for (const identities of this.byTenant.values()) {
-      for (const entry of identities.values()) {
-        if (entry.untilMs <= nowMs) this.delete(entry.revocation.tenant, entry.revocation.identity)
-        else if (entry.untilMs < earliest) earliest = entry.untilMs
-      }
-    }
-    this.earliestUntilMs = earliest
-    return this.count
-  }
-
-  /** Every entry in force, sorted by tenant then identity (code unit order, as the database's "C" collation). */
-  list(nowMs: number): Revocation[] {
-    this.prune(nowMs)
-    const out: Revocation[] = []
-    for (const identities of this.byTenant.values()) for (const e of identities.values()) out.push(e.revocation)
-    return out.sort((a, b) => compare(a.tenant, b.tenant) || compare(a.identity, b.identity))
-  }
-}
-
-function compare(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0
-}
-
-/** The revocation as listed: ISO times, `reason` only when one was given. */
+/** The revocation as listed: its kind and target, ISO times, `reason` only when one was given. */
 export function revocationOf(r: RevocationRequest, createdAtMs: number): Revocation {
-  return {
-    identity: r.identity,
-    tenant: r.tenant,
+  const listed: Listed = {
     until: r.until === null ? null : r.until.toISOString(),
     created_at: new Date(createdAtMs).toISOString(),
     ...(r.reason === undefined ? {} : { reason: r.reason }),
   }
-}
-
-/** The request-path half of every list: lookups on the view this replica holds in memory. */
-export abstract class ViewedRevocations {
-  protected readonly view = new RevocationView()
-
-  get size(): number {
-    return this.view.size
+  if (r.kind === 'jti') return { kind: 'jti', jti: r.jti, ...listed }
+  if (r.kind === 'issued_before') {
+    return { kind: 'issued_before', identity: r.identity, tenant: r.tenant, issued_before: r.issuedBefore.toISOString(), ...listed }
   }
-
-  isRevoked(tenant: string, identity: string, nowMs: number): boolean {
-    return this.view.size !== 0 && this.view.find(tenant, identity, nowMs) !== null
-  }
-
-  find(tenant: string, identity: string, nowMs: number): Revocation | null {
-    return this.view.size === 0 ? null : (this.view.find(tenant, identity, nowMs)?.revocation ?? null)
-  }
+  return { kind: 'identity', identity: r.identity, tenant: r.tenant, ...listed }
 }
 
 /**
@@ -255,10 +221,10 @@ export class MemoryRevocationList extends ViewedRevocations implements Revocatio
     return Promise.resolve(this.view.list(this.now()))
   }
 
-  remove(identity: string, tenant: string): Promise<boolean> {
+  remove(target: RevocationTarget): Promise<boolean> {
     // Only the exact entry (removing alice leaves a tenant-wide `*` in force); one already expired counts as absent.
     this.view.prune(this.now())
-    return Promise.resolve(this.view.delete(tenant, identity))
+    return Promise.resolve(this.view.delete(target))
   }
 
   details(): Record<string, unknown> {

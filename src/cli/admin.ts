@@ -19,14 +19,21 @@ import { terminalSafe, terminalTable } from '../terminal-table'
 export function registerAdminCommands(program: Command): void {
   program
     .command('revoke')
-    .description('revoke an identity (401 on every request, on every replica), list revocations, or lift one; needs admin.listen')
+    .description(
+      "revoke an identity, one token (--jti) or an identity's tokens issued before a time (401 on every replica), list revocations, or lift one; needs admin.listen",
+    )
     .option('-c, --config <file>', 'configuration file (its admin: block)', 'wardline.yaml')
-    .option('--identity <identity>', 'the identity to revoke or lift ("*": every identity of the tenant)')
-    .option('--tenant <tenant>', 'its tenant', 'default')
+    .option('--identity <identity>', 'the identity to revoke or lift ("*": every identity of the tenant); needs --tenant')
+    .option('--tenant <tenant>', 'its tenant, always required with --identity ("--tenant default": tokens without a tenant claim)')
+    .option('--jti <jti>', 'revoke or lift one token by its jti claim (wardline token prints it), whoever holds it')
+    .option(
+      '--issued-before [time]',
+      'with --identity: refuse only its tokens whose iat is before this ISO 8601 time or "now" (newer tokens work); with --remove, no time',
+    )
     .option('--until <when>', 'when the revocation ends: a duration (90s, 30m, 1h, 7d) or an ISO 8601 time; default: until lifted')
     .option('--reason <text>', 'a note kept with the revocation')
     .option('--list', 'list the revocations in force')
-    .option('--remove', 'lift the revocation of --identity in --tenant')
+    .option('--remove', 'lift the revocation of --identity in --tenant (its issued-before one with --issued-before), or of --jti')
     .option('--json', 'print the API answer as JSON')
     .addOption(timeoutOption())
     .action((opts: RevokeOptions) => run(opts.config, opts, (admin) => revoke(admin, opts)))
@@ -59,7 +66,9 @@ interface CommonOptions {
 
 interface RevokeOptions extends CommonOptions {
   readonly identity?: string
-  readonly tenant: string
+  readonly tenant?: string
+  readonly jti?: string
+  readonly issuedBefore?: string | true
   readonly until?: string
   readonly reason?: string
   readonly list?: boolean
@@ -132,41 +141,103 @@ async function run(configPath: string, opts: CommonOptions, body: (target: Admin
   }
 }
 
+/** Said when --tenant is missing: a gateway with one tenant has it as `default`, and the CLI will not guess. */
+const TENANT_REQUIRED =
+  '--tenant is required with --identity (on a single-tenant gateway, and for tokens without a tenant claim, it is --tenant default)'
+
 async function revoke(target: AdminTarget, opts: RevokeOptions): Promise<string> {
   const call = (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<unknown> =>
     callAdmin(target.baseUrl, target.token, { method, path, body, timeoutMs: target.timeoutMs, trust: target.trust })
   if (opts.list && opts.remove) throw new UsageError('--list and --remove cannot be used together')
   if (opts.list) {
-    if (opts.identity !== undefined) throw new UsageError('--list lists every revocation: leave out --identity')
+    const extra = (['identity', 'tenant', 'jti', 'issuedBefore'] as const).find((k) => opts[k] !== undefined)
+    if (extra !== undefined) throw new UsageError(`--list lists every revocation: leave out ${flagOf(extra)}`)
     const answer = (await call('GET', '/revocations')) as { revocations: Revocation[] }
     if (target.json) return json(answer)
     if (answer.revocations.length === 0) return 'no revocations in force'
     return terminalTable(
-      ['TENANT', 'IDENTITY', 'UNTIL', 'SINCE', 'REASON'],
-      answer.revocations.map((r) => [r.tenant, r.identity, r.until ?? 'until lifted', r.created_at, r.reason ?? '']),
+      ['KIND', 'TENANT', 'IDENTITY', 'JTI', 'ISSUED BEFORE', 'UNTIL', 'SINCE', 'REASON'],
+      answer.revocations.map((r) => [
+        r.kind,
+        r.kind === 'jti' ? '-' : r.tenant,
+        r.kind === 'jti' ? '-' : r.identity,
+        r.kind === 'jti' ? r.jti : '-',
+        r.kind === 'issued_before' ? r.issued_before : '-',
+        r.until ?? 'until lifted',
+        r.created_at,
+        r.reason ?? '',
+      ]),
     )
   }
-  if (opts.identity === undefined) throw new UsageError('--identity is required (or --list)')
-  const query = new URLSearchParams({ identity: opts.identity, tenant: opts.tenant })
+  const what = revocationTarget(opts)
   if (opts.remove) {
     if (opts.until !== undefined || opts.reason !== undefined)
       throw new UsageError('--remove lifts a revocation: leave out --until and --reason')
+    if (typeof opts.issuedBefore === 'string') throw new UsageError('--remove --issued-before takes no time: it lifts the one there is')
+    const query = new URLSearchParams(
+      what.kind === 'jti' ? { jti: what.jti } : { identity: what.identity, tenant: what.tenant, kind: what.kind },
+    )
     const answer = await call('DELETE', `/revocations?${query.toString()}`)
-    return target.json ? json(answer) : `lifted the revocation of ${terminalSafe(opts.identity)} in tenant ${terminalSafe(opts.tenant)}`
+    return target.json ? json(answer) : `lifted the ${what.description}`
   }
   // Checked here too, so a bad note is refused before anything is sent, with the API's own words.
   const problem = opts.reason === undefined ? null : reasonProblem(opts.reason)
   if (problem !== null) throw new UsageError(`--reason: ${problem}`)
-  const until = opts.until === undefined ? null : untilTime(opts.until, Date.now())
+  const nowMs = Date.now()
+  const until = opts.until === undefined ? null : untilTime(opts.until, nowMs)
+  const body: Record<string, unknown> = what.kind === 'jti' ? { jti: what.jti } : { identity: what.identity, tenant: what.tenant }
+  if (what.kind === 'issued_before') {
+    if (opts.issuedBefore === true) throw new UsageError('--issued-before needs a time: an ISO 8601 time or "now"')
+    body.issued_before = issuedBeforeTime(opts.issuedBefore as string, nowMs)
+  }
   const answer = (await call('POST', '/revocations', {
-    identity: opts.identity,
-    tenant: opts.tenant,
+    ...body,
     until,
     ...(opts.reason === undefined ? {} : { reason: opts.reason }),
   })) as { revocation: Revocation }
   if (target.json) return json(answer)
   const r = answer.revocation
-  return `revoked ${terminalSafe(r.identity)} in tenant ${terminalSafe(r.tenant)} ${r.until === null ? 'until lifted' : `until ${r.until}`}`
+  const end = r.until === null ? 'until lifted' : `until ${r.until}`
+  if (r.kind === 'jti') return `revoked token jti ${terminalSafe(r.jti)} ${end}`
+  const who = `${terminalSafe(r.identity)} in tenant ${terminalSafe(r.tenant)}`
+  if (r.kind === 'issued_before') return `revoked the tokens of ${who} issued before ${r.issued_before} ${end}`
+  return `revoked ${who} ${end}`
+}
+
+/** What the command names; `description` (terminal-safe) is for `lifted the …`. */
+type RevokeTarget =
+  | { readonly kind: 'jti'; readonly jti: string; readonly description: string }
+  | { readonly kind: 'identity' | 'issued_before'; readonly identity: string; readonly tenant: string; readonly description: string }
+
+/** What --identity/--tenant/--jti/--issued-before name; a missing --tenant is an error, never `default`. */
+function revocationTarget(opts: RevokeOptions): RevokeTarget {
+  if (opts.jti !== undefined) {
+    const extra = (['identity', 'tenant', 'issuedBefore'] as const).find((k) => opts[k] !== undefined)
+    if (extra !== undefined) throw new UsageError(`--jti names one token: leave out ${flagOf(extra)}`)
+    return { kind: 'jti', jti: opts.jti, description: `revocation of token jti ${terminalSafe(opts.jti)}` }
+  }
+  if (opts.identity === undefined) throw new UsageError('--identity (with --tenant) or --jti is required (or --list)')
+  if (opts.tenant === undefined) throw new UsageError(TENANT_REQUIRED)
+  const who = `${terminalSafe(opts.identity)} in tenant ${terminalSafe(opts.tenant)}`
+  return opts.issuedBefore === undefined
+    ? { kind: 'identity', identity: opts.identity, tenant: opts.tenant, description: `revocation of ${who}` }
+    : { kind: 'issued_before', identity: opts.identity, tenant: opts.tenant, description: `issued-before revocation of ${who}` }
+}
+
+function flagOf(option: 'identity' | 'tenant' | 'jti' | 'issuedBefore'): string {
+  return option === 'issuedBefore' ? '--issued-before' : `--${option}`
+}
+
+/**
+ * `--issued-before`: an ISO 8601 time passed on as it is (the API checks it), or `now`: this machine's
+ * clock, down to the whole second. A token's `iat` has whole seconds, so a replacement minted right after
+ * the revocation, in the same second, carries an `iat` equal to that second: the exact time would refuse
+ * it, the whole second keeps it (and refuses every token issued in an earlier second).
+ */
+export function issuedBeforeTime(text: string, nowMs: number): string {
+  if (text === 'now') return new Date(Math.floor(nowMs / 1000) * 1000).toISOString()
+  if (/^\d{4}-\d{2}-\d{2}T/.test(text)) return text
+  throw new UsageError(`--issued-before must be an ISO 8601 time (2026-12-01T18:00:00Z) or "now", not ${JSON.stringify(text)}`)
 }
 
 const UNITS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_400 }
@@ -199,17 +270,19 @@ async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: Budg
     path,
     timeoutMs: target.timeoutMs,
     trust: target.trust,
-  })) as { scope: string; buckets?: BucketReport[]; reset?: BucketReport[]; notes: string[] }
+  })) as { scope: string; tenant?: string | null; buckets?: BucketReport[]; reset?: BucketReport[]; notes: string[] }
   if (target.json) return json(answer)
   const rows = (action === 'show' ? answer.buckets : answer.reset) ?? []
+  // Which tenant was read: `alice` alone is tenant default's alice, and the header says so.
+  const where =
+    answer.tenant === null || answer.tenant === undefined ? answer.scope : `${answer.scope}, tenant ${terminalSafe(answer.tenant)}`
   const lines: string[] = []
   if (action === 'reset')
-    lines.push(
-      rows.length === 0
-        ? `nothing to reset (${answer.scope})`
-        : `reset ${rows.length} bucket${rows.length === 1 ? '' : 's'} (${answer.scope}):`,
-    )
-  else lines.push(`budgets (${answer.scope}):`)
+    lines.push(rows.length === 0 ? `nothing to reset (${where})` : `reset ${rows.length} bucket${rows.length === 1 ? '' : 's'} (${where}):`)
+  else lines.push(`budgets (${where}):`)
+  if (opts.identity !== undefined && opts.tenant === undefined) {
+    lines.push(`note: no --tenant given: read tenant ${terminalSafe(answer.tenant ?? 'default')} (tokens without a tenant claim)`)
+  }
   if (rows.length > 0 && action === 'show') {
     lines.push(
       terminalTable(

@@ -59,7 +59,10 @@ export function registerAuditCommand(program: Command): void {
     .option('--tenant <glob>', 'tenants matching this glob')
     .option('--tool <glob>', 'tools (the target: tool, prompt or resource URI) matching this glob')
     .option('--decision <list>', `one or more of ${DECISIONS.join(', ')}, comma-separated`)
-    .option('--since <time>', 'entries at or after: 90s, 30m, 1h, 7d back from now, or an ISO 8601 time (2026-12-01T09:30:00Z)')
+    .option(
+      '--since <time>',
+      'entries at or after: 90s, 30m, 1h, 7d back from now; today or yesterday (from 00:00 UTC); or an ISO 8601 time (2026-12-01T09:30:00Z; a date alone is 00:00 UTC)',
+    )
     .option('--until <time>', 'entries before: the same forms as --since')
     .option('--limit <n>', `the newest N matching rows (or summary groups), printed oldest first; 0: all, streamed`, String(DEFAULT_LIMIT))
     .option('--format <format>', `${FORMATS.join(', ')} (default: table on a terminal, jsonl otherwise)`)

@@ -44,6 +44,20 @@ export async function serve(configPath: string): Promise<RunningGateway> {
       log.info('reload requested while starting: applied once the gateway has started')
     }
   })
+  // Also handled from before the listener exists: a supervisor may send SIGTERM the moment
+  // "wardline listening" appears, before startup has returned here, and the default action would end
+  // the process without draining or flushing the audit trail. One that arrives while starting stops
+  // the gateway once started.
+  let stopPending: string | null = null
+  const onStopSignal = (signal: string): void => {
+    if (serving !== null) stop(serving, signal)
+    else if (stopPending === null) {
+      stopPending = signal
+      log.info('stop requested while starting: the gateway stops once started', { signal })
+    }
+  }
+  process.on('SIGTERM', () => onStopSignal('SIGTERM'))
+  process.on('SIGINT', () => onStopSignal('SIGINT'))
   let gateway: RunningGateway
   try {
     gateway = await startGateway(config, { log, processMetrics: true })
@@ -52,7 +66,7 @@ export async function serve(configPath: string): Promise<RunningGateway> {
     process.exit(1)
   }
   let stoppingSince: number | null = null
-  const stop = (signal: string): void => {
+  const stop = (gateway: RunningGateway, signal: string): void => {
     if (stoppingSince !== null) {
       // Ctrl-C under npm or another runner reaches the process twice within milliseconds (the terminal
       // signals the group, the runner forwards): only a second signal a moment later means "now".
@@ -72,9 +86,8 @@ export async function serve(configPath: string): Promise<RunningGateway> {
     )
   }
   serving = gateway
-  if (reloadPending) reload(configPath, gateway, log)
-  process.on('SIGTERM', () => stop('SIGTERM'))
-  process.on('SIGINT', () => stop('SIGINT'))
+  if (stopPending !== null) stop(gateway, stopPending)
+  else if (reloadPending) reload(configPath, gateway, log)
   return gateway
 }
 

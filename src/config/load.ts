@@ -7,6 +7,7 @@ import { readTls } from './tls'
 import { readAuth, checkUrl } from './auth'
 import { readBudget } from './budget'
 import { expandEnv } from './env'
+import { readHealthCheck } from './health-check'
 import { readPolicy } from './policy'
 import { isUnterminated, setConfigOrigin } from './origin'
 import { readPostgres } from './postgres'
@@ -29,6 +30,7 @@ const TOP_LEVEL_KEYS = [
   'upstream',
   'upstream_timeout_seconds',
   'upstream_connections',
+  'upstream_health_check',
   'max_body_bytes',
   'request_timeout_seconds',
   'max_json_depth',
@@ -161,12 +163,14 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   const audit = readAudit(r, o.audit, resolvePath)
   const postgres = readPostgres(r, o.postgres)
   const admin = readAdmin(r, o.admin, listen, resolvePath)
+  const url = upstreamUrl.replace(/\/+$/, '')
   const config: Config = {
     listen,
     upstream: {
-      url: upstreamUrl.replace(/\/+$/, ''),
+      url,
       timeoutSeconds: r.number(o.upstream_timeout_seconds, 'upstream_timeout_seconds', 30, 0, 3600, true),
       connections: r.int(o.upstream_connections, 'upstream_connections', 128, 1, 10_000),
+      healthCheck: readHealthCheck(r, o.upstream_health_check, 'upstream_health_check'),
     },
     limits: {
       // 4 MiB, as the official SDK servers accept: a tool call that works direct must work through the gateway.

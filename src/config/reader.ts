@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import yaml from 'js-yaml'
+import { didYouMean } from './did-you-mean'
 
 /** A file's text, or the problem to report (`cannot be read (ENOENT)`). Both config files read this way. */
 export function readText(path: string): { text: string } | { problem: string } {
@@ -48,7 +49,10 @@ export class Reader {
       return {}
     }
     for (const key of Object.keys(value)) {
-      if (!allowed.includes(key)) this.note(join(path, key), `unknown key (allowed: ${allowed.join(', ')})`)
+      if (allowed.includes(key)) continue
+      const guesses = didYouMean(key, allowed)
+      const guess = guesses.length === 0 ? '' : `, did you mean ${guesses.join(' or ')}?`
+      this.note(join(path, key), `unknown key${guess} (allowed: ${allowed.join(', ')})`)
     }
     return value as Node
   }

@@ -6,6 +6,8 @@ const RESTART_KEYS: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['upstream', (c) => c.upstream.url],
   ['upstream_timeout_seconds', (c) => c.upstream.timeoutSeconds],
   ['upstream_connections', (c) => c.upstream.connections],
+  // The probe's timer and its readiness check are made once, at startup.
+  ['upstream_health_check', (c) => c.upstream.healthCheck],
   ['max_body_bytes', (c) => c.limits.maxBodyBytes],
   ['request_timeout_seconds', (c) => c.limits.requestTimeoutSeconds],
   ['max_json_depth', (c) => c.limits.maxJsonDepth],

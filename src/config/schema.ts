@@ -463,6 +463,15 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
     'The MCP server behind the gateway: an absolute http(s) URL without query, fragment or credentials; request paths are appended.',
   upstream_timeout_seconds: "Time allowed until the upstream's response headers; past it 504. Never cuts a body or an SSE stream.",
   upstream_connections: 'Keep-alive connections to the upstream for calls.',
+  upstream_health_check:
+    'The probe of the upstream: a request on a schedule and at startup; a refused connection, a timeout or a 5xx is down, any other answer up. Reported in /readyz and wardline_upstream_up.',
+  'upstream_health_check.enabled': 'false: no probe; /readyz then says nothing about the upstream.',
+  'upstream_health_check.url': "The URL probed (a server's own /health); absent: the upstream URL itself. No credentials.",
+  'upstream_health_check.method':
+    'GET, HEAD or OPTIONS: safe methods only. GET asks for JSON, so an MCP endpoint answers 406 instead of streaming.',
+  'upstream_health_check.interval_seconds': 'From the start of one probe to the start of the next.',
+  'upstream_health_check.timeout_seconds': "Bound on one probe: connection and the answer's head; past it, down.",
+  'upstream_health_check.affects_readiness': 'true: a down upstream makes /readyz answer 503; false: reported in its body only.',
   max_body_bytes: 'Largest request body read; larger gets 413.',
   max_json_depth: 'Deepest nesting in a POST body; deeper gets 400 before the body is parsed.',
   max_batch_messages: 'Most JSON-RPC messages in one batch; more gets 400.',

@@ -104,6 +104,24 @@ export interface UpstreamConfig {
   /** Time allowed until the upstream's response headers arrive. */
   readonly timeoutSeconds: number
   readonly connections: number
+  /** The upstream_health_check probe; null when it is off (`enabled: false`). */
+  readonly healthCheck: HealthCheckConfig | null
+}
+
+/** Methods a health probe may send: safe ones only (RFC 9110 §9.2.1), so a probe never changes the upstream. */
+export type HealthCheckMethod = 'GET' | 'HEAD' | 'OPTIONS'
+
+/** How one upstream is probed (upstream/probe.ts). */
+export interface HealthCheckConfig {
+  /** upstream_health_check.url; null: the upstream URL itself is probed (and follows it when it changes). */
+  readonly url: string | null
+  readonly method: HealthCheckMethod
+  /** From the start of one probe to the start of the next (or its end, when a probe takes longer). */
+  readonly intervalSeconds: number
+  /** Bound on one probe, connection and response head included. */
+  readonly timeoutSeconds: number
+  /** A failing probe makes /readyz answer 503 (false: reported in the body only). */
+  readonly affectsReadiness: boolean
 }
 
 export interface Features {

@@ -23,6 +23,14 @@ export function hasControlCharacters(text: string): boolean {
 export interface Principal {
   readonly identity: string
   readonly tenant: string
+  /**
+   * The token's `jti` (a string claim, as signed), for revocation by token id; null when the token has
+   * none or it is not a string. Authenticators always set it (null in header mode), so every principal
+   * has one shape; it is optional here only for principals built by hand.
+   */
+  readonly tokenId?: string | null
+  /** The token's `iat` (seconds since the epoch, as signed), for revocation by issue time; null when absent (header mode too). */
+  readonly issuedAt?: number | null
 }
 
 /** One JSON-RPC message of the request body (a batch has several). */
@@ -90,6 +98,8 @@ export class Exchange {
   cutAtShutdown = false
   /** True once the request was handed to the upstream (a refused or failed-before request stays false). */
   forwarded = false
+  /** Monotonic clock (performance.now()) when the upstream got it (Upstream.forward): where wardline_forwarded_call_duration_seconds starts. */
+  forwardedMonoMs = 0
   /** Audit queue slots reserved for this request's entries in every sink (see audit/), 0 when none. */
   auditReserved = 0
   /** Key of the per-identity concurrency slot this request holds, released in the finish phase; null when none. */

@@ -4,7 +4,7 @@ import type { ReadinessCheck } from '../readiness'
 import { withDeadline } from '../deadline'
 import { dedicatedClient } from './pool'
 
-/** /readyz answers within this bound even when the database hangs, as the README states ("bounded, 2 s"). */
+/** /readyz answers within this bound even when the database hangs, as docs/postgres.md ("Health") states. */
 const PING_TIMEOUT_MS = 2000
 
 export interface PostgresReadinessOptions {

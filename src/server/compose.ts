@@ -28,6 +28,7 @@ import { concurrencyStages } from '../concurrency/stage'
 import { diffConfigs } from '../config/diff'
 import { enforcementLost } from '../config/reload-guard'
 import { keysNeedingRestart } from '../config/restart-keys'
+import { configWarnings } from '../config/warnings'
 import type { Config } from '../config/types'
 import { ConfigError } from '../errors'
 import { pathStage } from '../http/path-stage'
@@ -49,6 +50,7 @@ import { BudgetReaper } from '../postgres/reaper'
 import { sessionStages } from '../session/stage'
 import { upstreamFailureReporter } from '../upstream/failures'
 import { Upstream } from '../upstream/forward'
+import { UpstreamProbe } from '../upstream/probe'
 import { LegacyStreams } from '../upstream/legacy-streams'
 import { Gateway } from './gateway'
 import { lingerBounds } from './linger'
@@ -199,6 +201,9 @@ async function wire(
     upstreamFailureReporter((kind) => metrics.upstreamError(kind), log, config.upstream.url),
   )
   closers.push(() => upstream.destroy())
+  for (const warning of configWarnings(config)) log.warn(warning)
+  // Its first probe runs while the rest is wired, and is awaited below: the first /readyz already knows.
+  const firstProbe = openUpstreamProbe(config, metrics, log, closers, readiness)
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
   metrics.nameLabels(labelledNames(config.budget, config.policy))
   const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log, sessionClock: options.sessionClock })
@@ -268,6 +273,7 @@ async function wire(
     closers.push(() => admin.close()) // a startup that fails after this point releases it here
   }
   const listeners = opened.admin === null ? [] : [() => opened.admin?.close()]
+  await firstProbe
   return { gateway, routes, audit, log, closers, listeners, applyReload, tls }
 }
 
@@ -358,6 +364,19 @@ function stageChain(config: Config, parts: StageParts): StageChain {
       }
     },
   }
+}
+
+/**
+ * upstream_health_check: the probe of the upstream, its /readyz check and its metrics, or nothing when
+ * it is off. Returns its first probe (which logs what it found). The closer stops its timer.
+ */
+function openUpstreamProbe(config: Config, metrics: Metrics, log: Logger, closers: Closer[], readiness: ReadinessCheck[]): Promise<void> {
+  const healthCheck = config.upstream.healthCheck
+  if (healthCheck === null) return Promise.resolve()
+  const probe = new UpstreamProbe(healthCheck, config.upstream.url, log, metrics.upstreamProbeListener())
+  closers.push(() => probe.close())
+  readiness.push(probe.readiness())
+  return probe.start()
 }
 
 /** Every configured audit sink, each behind its writer (queue, retries; spill for Postgres). */

@@ -28,12 +28,25 @@ export async function listenOrExplain(
   key: string,
   config: object,
 ): Promise<void> {
+  await bindOrExplain(server, address, key, whereToChange(config, key))
+}
+
+/**
+ * listenOrExplain for a listener whose address is not a config key (the example MCP server run on its
+ * own: `--port`): the failure reads `${what} host:port ${why}: ${change}`.
+ */
+export async function bindOrExplain(
+  server: Server,
+  address: { readonly host: string; readonly port: number },
+  what: string,
+  change: string,
+): Promise<void> {
   const { host, port } = address
   await new Promise<void>((resolve, reject) => {
     const failed = (err: NodeJS.ErrnoException): void => {
       const shown = `${host.includes(':') ? `[${host}]` : host}:${port}`
       const why = (err.code !== undefined ? WHY[err.code] : undefined) ?? `cannot be listened on (${err.code ?? err.message})`
-      reject(new WardlineError('WL_LISTEN_FAILED', `${key} ${shown} ${why}: ${whereToChange(config, key)}`, { cause: err }))
+      reject(new WardlineError('WL_LISTEN_FAILED', `${what} ${shown} ${why}: ${change}`, { cause: err }))
     }
     server.once('error', failed)
     server.listen(port, host, () => {

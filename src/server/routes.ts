@@ -47,7 +47,10 @@ const NOT_FOUND_BODY = JSON.stringify({ jsonrpc: '2.0', id: null, error: { code:
 export function localRoutes(deps: RouteDeps): LocalRoutes {
   // /readyz needs no token: every check is shared (one probe in flight, a result reused for 1 s), so
   // a flood of probes costs the database one connection a second, not one per request.
-  const checks = deps.readiness.map((c) => new SharedReadiness(c, deps.readinessMaxAgeMs ?? READINESS_MAX_AGE_MS, deps.now))
+  // A check that only reads a result kept elsewhere (the upstream probe's) costs nothing to ask: fresh each time.
+  const checks = deps.readiness.map((c) =>
+    c.instant === true ? c : new SharedReadiness(c, deps.readinessMaxAgeMs ?? READINESS_MAX_AGE_MS, deps.now),
+  )
   // wardline_ready asks the same shared checks at scrape time: a scrape within a second of a probe
   // reuses its result, and scrapes and probes together still cost at most one ping at a time.
   deps.metrics.observeReadiness(async () => (await readiness(deps, checks)).ok)
@@ -135,7 +138,7 @@ async function ready(deps: RouteDeps, checks: readonly ReadinessCheck[], res: Se
   json(res, ok ? 200 : 503, body)
 }
 
-/** What /readyz answers (and wardline_ready reports): every check passes and shutdown has not begun. */
+/** What /readyz answers (and wardline_ready reports): every required check passes and shutdown has not begun. */
 async function readiness(deps: RouteDeps, checks: readonly ReadinessCheck[]): Promise<{ ok: boolean; body: unknown }> {
   if (deps.isShuttingDown()) return { ok: false, body: { status: 'shutting_down' } }
   const results: Record<string, unknown> = {}
@@ -145,10 +148,10 @@ async function readiness(deps: RouteDeps, checks: readonly ReadinessCheck[]): Pr
       try {
         const result = await c.check()
         results[c.name] = { ok: result.ok, ...result.detail }
-        ok &&= result.ok
+        if (c.required !== false) ok &&= result.ok
       } catch (err) {
         results[c.name] = { ok: false, error: (err as Error).message }
-        ok = false
+        if (c.required !== false) ok = false
       }
     }),
   )

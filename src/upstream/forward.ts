@@ -70,6 +70,9 @@ export class Upstream {
    * only while nothing has been sent to the client yet, so the caller can still answer 502/504.
    */
   forward(ex: Exchange): Promise<void> {
+    // One clock read for where both upstream_timeout_seconds and wardline_forwarded_call_duration_seconds start.
+    const now = performance.now()
+    ex.forwardedMonoMs = now
     // The client left while a stage was running (a budget check, a JWKS fetch): nothing to forward,
     // and its 'close' came before any listener here could hear it.
     if (ex.res.destroyed) {
@@ -87,7 +90,7 @@ export class Upstream {
     headers.push('x-wardline-request-id', ex.requestId)
     this.forwardedHeaders.push(req, headers)
     return new Promise((resolve, reject) => {
-      const handler = new RelayHandler(ex, resolve, reject, this.deadlines, this.onFailure)
+      const handler = new RelayHandler(ex, resolve, reject, this.deadlines, this.onFailure, now)
       ;(isStream(ex) ? this.streams : this.pool).dispatch(
         {
           origin: this.origin.origin,
@@ -152,9 +155,11 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     private readonly reject: (err: Error) => void,
     private readonly deadlines: Deadlines,
     private readonly onFailure: UpstreamFailureListener,
+    /** performance.now() when the request was handed over (Upstream.forward). */
+    handedMonoMs: number,
   ) {
     ex.res.on('close', this.onClientClose)
-    deadlines.add(this)
+    deadlines.add(this, handedMonoMs)
   }
 
   /**
@@ -382,8 +387,8 @@ class Deadlines {
 
   constructor(private readonly timeoutMs: number) {}
 
-  add(handler: RelayHandler): void {
-    handler.deadlineAt = performance.now() + this.timeoutMs
+  add(handler: RelayHandler, nowMonoMs: number): void {
+    handler.deadlineAt = nowMonoMs + this.timeoutMs
     this.waiting.push(handler)
     // An armed timer fires for an older deadline and re-arms for this one if it is still waiting.
     if (this.timer === null) this.arm(this.timeoutMs)

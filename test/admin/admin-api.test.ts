@@ -200,15 +200,95 @@ describe('revocations', () => {
       400,
       'until (2020-01-01T00:00:00.000Z) is not in the future: the revocation would never apply',
     ],
-    ['{"tenant": "acme"}', 400, 'identity is required (use "*" for every identity of the tenant)'],
-    ['{"identity": "x", "role": "admin"}', 400, 'unknown field "role" (allowed: identity, tenant, until, reason)'],
-    ['[1, 2]', 400, 'the body must be a JSON object {"identity": …, "tenant": …, "until": …, "reason": …}'],
+    ['{"tenant": "acme"}', 400, 'identity (use "*" for every identity of the tenant) or jti is required'],
+    ['{"identity": "x", "role": "admin"}', 400, 'unknown field "role" (allowed: identity, tenant, jti, issued_before, until, reason)'],
+    ['[1, 2]', 400, 'the body must be a JSON object: {"identity", "tenant"} or {"jti"}, with "issued_before", "until", "reason"'],
+    ['{"jti": "j", "identity": "x"}', 400, 'jti names one token: leave out identity'],
+    ['{"jti": "j", "issued_before": "2026-01-01T00:00:00Z"}', 400, 'jti names one token: leave out issued_before'],
+    ['{"jti": ""}', 400, 'jti is empty'],
+    ['{"jti": 12}', 400, 'jti must be a string'],
+    ['{"jti": "a\\nb"}', 400, 'jti contains control characters'],
+    ['{"identity": "x", "issued_before": "yesterday"}', 400, 'issued_before must be an ISO 8601 time with a zone (2026-12-01T18:00:00Z)'],
+    ['{"identity": "x", "issued_before": null}', 400, 'issued_before must be an ISO 8601 time with a zone (2026-12-01T18:00:00Z)'],
+    ['{"identity": "x", "issued_before": "2999-01-01T00:00:00Z"}', 400, /^issued_before \(2999-01-01T00:00:00\.000Z\) is in the future/],
+    ['{"identity": "x", "issued_before": "0000-01-01T00:00:00Z"}', 400, /^issued_before \(0000-01-01T00:00:00\.000Z\) is not after 1970/],
     ['{"identity": "x",', 400, /^the body is not valid JSON: /],
   ])('POST %s is refused with %d', async (body, status, message) => {
     const r = await adminCall('POST', '/revocations', { body, headers: { 'content-type': 'application/json' } })
     expect(r.status).toBe(status)
     expect(r.body.error).toEqual(typeof message === 'string' ? message : expect.stringMatching(message))
     expect((await adminCall('GET', '/revocations')).body.revocations).toEqual([])
+  })
+
+  test('POST {jti} revokes one token, listed with its kind; DELETE ?jti= lifts it; the audit target names the jti', async () => {
+    const created = await adminCall('POST', '/revocations', {
+      body: JSON.stringify({ jti: 'tok-123', reason: 'leaked' }),
+      headers: { 'content-type': 'application/json' },
+    })
+    expect(created.status).toBe(201)
+    expect(created.body.revocation).toEqual({
+      kind: 'jti',
+      jti: 'tok-123',
+      until: null,
+      created_at: expect.any(String) as unknown,
+      reason: 'leaked',
+    })
+    expect((await call('carol')).status).toBe(200) // header mode: no token, no jti to match
+    expect((await adminCall('GET', '/revocations')).body.revocations).toEqual([created.body.revocation])
+    const lifted = await adminCall('DELETE', '/revocations?jti=tok-123')
+    expect(lifted).toMatchObject({ status: 200, body: { removed: { kind: 'jti', jti: 'tok-123' } } })
+    const again = await adminCall('DELETE', '/revocations?jti=tok-123')
+    expect(again).toMatchObject({ status: 404, body: { error: 'no revocation for token jti "tok-123"' } })
+    const entries = (await adminEntries()).filter((e) => e.tool === 'jti=tok-123')
+    expect(entries.map((e) => [e.method, e.status])).toEqual([
+      ['admin/revocations.create', 201],
+      ['admin/revocations.remove', 200],
+      ['admin/revocations.remove', 404],
+    ])
+  })
+
+  test("POST {identity, tenant, issued_before} refuses the identity's requests without a token iat (header mode); DELETE with kind=issued_before lifts it", async () => {
+    const before = new Date(Date.now() - 60_000).toISOString()
+    const created = await adminCall('POST', '/revocations', {
+      body: JSON.stringify({ identity: 'dana', tenant: 'acme', issued_before: before }),
+      headers: { 'content-type': 'application/json' },
+    })
+    expect(created.status).toBe(201)
+    expect(created.body.revocation).toEqual({
+      kind: 'issued_before',
+      identity: 'dana',
+      tenant: 'acme',
+      issued_before: before,
+      until: null,
+      created_at: expect.any(String) as unknown,
+    })
+    expect((await call('dana')).status).toBe(401) // no token, no iat: refused (conservative, documented)
+    expect((await call('dana', 'globex')).status).toBe(200)
+    // The identity kind is another entry: lifting it finds none, and the issued-before one stays.
+    expect((await adminCall('DELETE', '/revocations?identity=dana&tenant=acme')).status).toBe(404)
+    expect((await call('dana')).status).toBe(401)
+    const lifted = await adminCall('DELETE', '/revocations?identity=dana&tenant=acme&kind=issued_before')
+    expect(lifted).toMatchObject({ status: 200, body: { removed: { kind: 'issued_before', identity: 'dana', tenant: 'acme' } } })
+    expect((await call('dana')).status).toBe(200)
+    const entry = (await adminEntries()).find((e) => e.method === 'admin/revocations.create' && e.tool.startsWith('identity=dana'))
+    expect(entry).toMatchObject({
+      tool: 'identity=dana tenant=acme kind=issued_before',
+      reason: `tokens issued before ${before} revoked until removed`,
+    })
+  })
+
+  test.each([
+    ['/revocations?kind=everything&identity=x', 'kind must be identity, issued_before or jti'],
+    ['/revocations?jti=a&identity=x', 'jti names one token: leave out identity'],
+    ['/revocations?jti=a&kind=issued_before&identity=x', 'jti names a token revocation: leave out kind=issued_before'],
+    ['/revocations?kind=jti', 'jti is required with kind=jti'],
+    ['/revocations?kind=issued_before', 'identity is required (the revocation to lift; "*" for a tenant-wide one), or jti'],
+    ['/revocations?jti=', 'jti is empty'],
+    ['/revocations?jti=a&jti=b', 'query parameter jti is given more than once'],
+  ])('DELETE %s is refused with 400: %s', async (path, message) => {
+    const r = await adminCall('DELETE', path)
+    expect(r.status).toBe(400)
+    expect(r.body.error).toBe(message)
   })
 
   test('a body that is not JSON is 415, one over 16 KiB is 413', async () => {

@@ -95,7 +95,7 @@ describe('revoke --list', () => {
     const lines = r.stdout.trimEnd().split('\n')
     expect(lines).toHaveLength(1 + viaApi.length + 2) // the heading, then one line per revocation: no forged row
     for (const line of lines) expect(line).not.toMatch(RAW_UNSAFE)
-    expect(lines[0]).toMatch(/^TENANT\s+IDENTITY\s+UNTIL\s+SINCE\s+REASON$/)
+    expect(lines[0]).toMatch(/^KIND\s+TENANT\s+IDENTITY\s+JTI\s+ISSUED BEFORE\s+UNTIL\s+SINCE\s+REASON$/)
     const shown = lines.slice(1).join('\n')
     for (const escaped of [
       'alice\\u202egnp.exe',

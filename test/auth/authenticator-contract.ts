@@ -183,13 +183,18 @@ export function authenticatorContract(label: string, open: () => Promise<Authent
       for (const [identity, tenant] of callers) {
         const headers = await fx.credential(identity, tenant)
         expect(headers).not.toBeNull()
-        expect(principalOf(await present(headers as RawHeaders))).toEqual({ identity, tenant })
+        expect(principalOf(await present(headers as RawHeaders))).toEqual({ identity, tenant, tokenId: null, issuedAt: null })
       }
     })
 
     test('a credential that names no tenant gives tenant "default"', async () => {
       const headers = await fx.credential('carol')
-      expect(principalOf(await present(headers as RawHeaders))).toEqual({ identity: 'carol', tenant: 'default' })
+      expect(principalOf(await present(headers as RawHeaders))).toEqual({
+        identity: 'carol',
+        tenant: 'default',
+        tokenId: null,
+        issuedAt: null,
+      })
     })
 
     test('no credential at all is a failure without an RFC 6750 error code, and a bare challenge', async () => {
@@ -230,7 +235,7 @@ export function authenticatorContract(label: string, open: () => Promise<Authent
         const headers = await fx.credential(identity, tenant)
         if (headers === null) continue // this kind of credential cannot carry the value at all
         carried++
-        const failure = failureOf(await present(headers), JSON.stringify({ identity, tenant }))
+        const failure = failureOf(await present(headers), JSON.stringify({ identity, tenant, tokenId: null, issuedAt: null }))
         expect({ identity, tenant, reason: failure.reason }).toEqual({ identity, tenant, reason: expect.stringMatching(reason) as unknown })
         for (const value of [identity, tenant ?? '']) expect(failure.reason).not.toContain(value)
       }
@@ -280,19 +285,21 @@ export function authenticatorContract(label: string, open: () => Promise<Authent
       const names = Array.from({ length: 24 }, (_, i) => [`user-${i}`, `tenant-${i % 3}`] as const)
       const credentials = await Promise.all(names.map(([identity, tenant]) => fx.credential(identity, tenant)))
       const outcomes = await Promise.all(credentials.map((headers) => present(headers as RawHeaders)))
-      expect(outcomes.map(principalOf)).toEqual(names.map(([identity, tenant]) => ({ identity, tenant })))
+      expect(outcomes.map(principalOf)).toEqual(names.map(([identity, tenant]) => ({ identity, tenant, tokenId: null, issuedAt: null })))
     })
 
     test('a refusal in between changes nothing for the next caller', async () => {
       const alice = (await fx.credential('alice', 'acme')) as RawHeaders
-      expect(principalOf(await present(alice))).toEqual({ identity: 'alice', tenant: 'acme' })
+      expect(principalOf(await present(alice))).toEqual({ identity: 'alice', tenant: 'acme', tokenId: null, issuedAt: null })
       const [first] = await fx.invalid()
       failureOf(await present(first.headers, first.path), first.label)
       expect(principalOf(await present((await fx.credential('bob', 'globex')) as RawHeaders))).toEqual({
         identity: 'bob',
         tenant: 'globex',
+        tokenId: null,
+        issuedAt: null,
       })
-      expect(principalOf(await present(alice))).toEqual({ identity: 'alice', tenant: 'acme' })
+      expect(principalOf(await present(alice))).toEqual({ identity: 'alice', tenant: 'acme', tokenId: null, issuedAt: null })
     })
   })
 }

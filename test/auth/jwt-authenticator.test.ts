@@ -37,13 +37,20 @@ describe('JWT verification with an HS secret', () => {
   const good = { sub: 'alice', tenant: 'acme', iss: 'https://idp.example', aud: 'wardline' }
 
   test('a token signed with the secret gives its identity and tenant', async () => {
-    expect(outcome(await auth.verify(await hs({ ...good, exp: hour() })))).toEqual({ identity: 'alice', tenant: 'acme' })
+    expect(outcome(await auth.verify(await hs({ ...good, exp: hour() })))).toEqual({
+      identity: 'alice',
+      tenant: 'acme',
+      tokenId: null,
+      issuedAt: null,
+    })
   })
 
   test('any one of the configured audiences is accepted', async () => {
     expect(outcome(await auth.verify(await hs({ ...good, aud: ['x', 'other'], exp: hour() })))).toEqual({
       identity: 'alice',
       tenant: 'acme',
+      tokenId: null,
+      issuedAt: null,
     })
   })
 
@@ -77,13 +84,23 @@ describe('JWT verification with an HS secret', () => {
 
   test('expiry and nbf allow the configured clock tolerance (30 s by default)', async () => {
     const now = Math.floor(Date.now() / 1000)
-    expect(outcome(await auth.verify(await hs({ ...good, exp: now - 10 })))).toEqual({ identity: 'alice', tenant: 'acme' })
-    expect(outcome(await auth.verify(await hs({ ...good, nbf: now + 10, exp: hour() })))).toEqual({ identity: 'alice', tenant: 'acme' })
+    expect(outcome(await auth.verify(await hs({ ...good, exp: now - 10 })))).toEqual({
+      identity: 'alice',
+      tenant: 'acme',
+      tokenId: null,
+      issuedAt: null,
+    })
+    expect(outcome(await auth.verify(await hs({ ...good, nbf: now + 10, exp: hour() })))).toEqual({
+      identity: 'alice',
+      tenant: 'acme',
+      tokenId: null,
+      issuedAt: null,
+    })
   })
 
   test('identities and tenants are opaque: Unicode is fine', async () => {
     const token = await hs({ ...good, sub: 'zoë@例え.jp', tenant: 'Ācme ☃', exp: hour() })
-    expect(outcome(await auth.verify(token))).toEqual({ identity: 'zoë@例え.jp', tenant: 'Ācme ☃' })
+    expect(outcome(await auth.verify(token))).toEqual({ identity: 'zoë@例え.jp', tenant: 'Ācme ☃', tokenId: null, issuedAt: null })
   })
 })
 
@@ -92,19 +109,24 @@ describe('JWT claims configuration', () => {
     const lenient = await open({ secret: SECRET })
     const strict = await open({ secret: SECRET, require_tenant: true })
     const token = await hs({ sub: 'alice', exp: hour() })
-    expect(outcome(await lenient.verify(token))).toEqual({ identity: 'alice', tenant: 'default' })
+    expect(outcome(await lenient.verify(token))).toEqual({ identity: 'alice', tenant: 'default', tokenId: null, issuedAt: null })
     expect(outcome(await strict.verify(token))).toEqual(rejected('token has no "tenant" claim'))
   })
 
   test('identity_claim and tenant_claim name other claims', async () => {
     const auth = await open({ secret: SECRET, identity_claim: 'email', tenant_claim: 'org' })
     const token = await hs({ sub: 'ignored', email: 'alice@acme.example', org: 'acme', exp: hour() })
-    expect(outcome(await auth.verify(token))).toEqual({ identity: 'alice@acme.example', tenant: 'acme' })
+    expect(outcome(await auth.verify(token))).toEqual({ identity: 'alice@acme.example', tenant: 'acme', tokenId: null, issuedAt: null })
   })
 
   test('several HS algorithms can be allowed at once', async () => {
     const auth = await open({ secret: SECRET, algorithms: ['HS256', 'HS512'] })
-    expect(outcome(await auth.verify(await hs({ sub: 'a', exp: hour() }, SECRET, 'HS512')))).toEqual({ identity: 'a', tenant: 'default' })
+    expect(outcome(await auth.verify(await hs({ sub: 'a', exp: hour() }, SECRET, 'HS512')))).toEqual({
+      identity: 'a',
+      tenant: 'default',
+      tokenId: null,
+      issuedAt: null,
+    })
     expect(outcome(await auth.verify(await hs({ sub: 'a', exp: hour() }, SECRET, 'HS384')))).toEqual(
       rejected('token algorithm not allowed'),
     )
@@ -122,7 +144,7 @@ describe('verified-token cache in the authenticator', () => {
     now = exp * 1000 + 1_000 // past exp, inside the 30 s tolerance: the cache lets go, jose decides again
     const again = await auth.verify(token)
     expect(again).not.toBe(first)
-    expect(outcome(again)).toEqual({ identity: 'alice', tenant: 'acme' })
+    expect(outcome(again)).toEqual({ identity: 'alice', tenant: 'acme', tokenId: null, issuedAt: null })
     now = exp * 1000 + 31_000
     expect(outcome(await auth.verify(token))).toEqual(rejected('token expired'))
   })
@@ -145,7 +167,7 @@ describe('JWT verification with a PEM public key', () => {
     const auth = await JwtAuthenticator.open(jwtConfig({ public_key_file: 'public.pem', algorithms: ['RS256'] }, dir), silentLogger())
     const claims = { sub: 'alice', tenant: 'acme', exp: hour() }
     const good = await new SignJWT(claims).setProtectedHeader({ alg: 'RS256' }).sign(privateKey)
-    expect(outcome(await auth.verify(good))).toEqual({ identity: 'alice', tenant: 'acme' })
+    expect(outcome(await auth.verify(good))).toEqual({ identity: 'alice', tenant: 'acme', tokenId: null, issuedAt: null })
     const confused = await hs(claims, pem, 'HS256')
     expect(outcome(await auth.verify(confused))).toEqual(rejected('token algorithm not allowed'))
   })

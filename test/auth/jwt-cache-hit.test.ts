@@ -103,7 +103,10 @@ describe('the cache-hit path of jwt authentication', () => {
   test('the header a token was verified under is answered from the cache: at once, the same principal, no verification', async () => {
     const t = await token()
     const first = await bearer(`Bearer ${t}`)
-    expect([outcome(first), first.synchronous]).toEqual([{ identity: 'alice', tenant: 'acme' }, false])
+    expect([outcome(first), first.synchronous]).toEqual([
+      { identity: 'alice', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null },
+      false,
+    ])
     for (let i = 0; i < 3; i++) {
       const hit = await bearer(`Bearer ${t}`)
       expect(hit.synchronous).toBe(true)
@@ -117,7 +120,9 @@ describe('the cache-hit path of jwt authentication', () => {
     const spellings = [`bearer ${t}`, `BEARER ${t}`, `bEaReR ${t}`, `Bearer   ${t}`, `Bearer ${t}   `, `   Bearer ${t}`, `Bearer\t${t}`]
     // Bearer<TAB> is not the scheme and a space (BEARER wants spaces): a malformed header, as on a miss.
     const expected = (s: string): unknown =>
-      s.startsWith('Bearer\t') ? 'malformed Authorization header' : { identity: 'bob', tenant: 'acme' }
+      s.startsWith('Bearer\t')
+        ? 'malformed Authorization header'
+        : { identity: 'bob', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null }
     for (const spelling of spellings) expect(outcome(await bearer(spelling, [['X-Cache', 'small']]))).toEqual(expected(spelling))
     expect(verifications).toHaveBeenCalledTimes(1)
     // With room for one entry, a second entry per spelling would have evicted the first: the canonical header still hits.
@@ -130,7 +135,10 @@ describe('the cache-hit path of jwt authentication', () => {
     const t = await token({ sub: 'carol' })
     expect((await bearer(`bearer   ${t}`)).synchronous).toBe(false)
     const hit = await bearer(`Bearer ${t}`)
-    expect([outcome(hit), hit.synchronous]).toEqual([{ identity: 'carol', tenant: 'acme' }, true])
+    expect([outcome(hit), hit.synchronous]).toEqual([
+      { identity: 'carol', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null },
+      true,
+    ])
     expect(verifications).toHaveBeenCalledTimes(1)
   })
 
@@ -142,7 +150,10 @@ describe('the cache-hit path of jwt authentication', () => {
     now = expSeconds * 1000 + 1_000 // inside the 30 s clock tolerance: jose still accepts it, the cache does not
     for (const spelling of [`bearer ${t}`, `Bearer ${t}`]) {
       const again = await bearer(spelling)
-      expect([outcome(again), again.synchronous]).toEqual([{ identity: 'alice', tenant: 'acme' }, false])
+      expect([outcome(again), again.synchronous]).toEqual([
+        { identity: 'alice', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null },
+        false,
+      ])
     }
     expect(verifications).toHaveBeenCalledTimes(3)
     now = expSeconds * 1000 + 31_000
@@ -226,7 +237,7 @@ describe('the cache-hit path of jwt authentication', () => {
   test('a token verify() accepts with whitespace inside (jose skips it) is not cached as a header the full path refuses', async () => {
     const t = await token({ sub: 'dave' })
     const spaced = `${t.slice(0, -8)}    ${t.slice(-8)}` // four spaces keep the segment's length a multiple of 4
-    expect(await auth.verify(spaced)).toEqual({ identity: 'dave', tenant: 'acme' })
+    expect(await auth.verify(spaced)).toEqual({ identity: 'dave', tenant: 'acme', tokenId: expect.any(String) as unknown, issuedAt: null })
     const sent = await bearer(`Bearer ${spaced}`)
     expect([outcome(sent), sent.synchronous]).toEqual(['malformed Authorization header', true])
   })

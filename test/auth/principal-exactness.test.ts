@@ -162,6 +162,8 @@ describe('jwt mode', () => {
     expect(reason(await auth.verify(await hs({ ...GOOD, sub: 'John Smith', exp: hour() })))).toEqual({
       identity: 'John Smith',
       tenant: 'acme',
+      tokenId: null,
+      issuedAt: null,
     })
   })
 

@@ -59,7 +59,9 @@ describe('header auth, in memory', () => {
     const refused = (await h.audit()).filter((e) => e.decision === 'unauthorized')
     // The SDK's own DELETE at close() is refused too: every request alice sends after the revocation is.
     expect(refused.length).toBeGreaterThanOrEqual(2)
-    expect(refused.map((e) => [e.identity, e.tenant, e.status, e.reason])).toEqual(refused.map(() => ['alice', 'acme', 401, 'revoked']))
+    expect(refused.map((e) => [e.identity, e.tenant, e.status, e.reason])).toEqual(
+      refused.map(() => ['alice', 'acme', 401, 'revoked identity']),
+    )
     expect(new Set(refused.map((e) => e.request_id)).size).toBe(refused.length)
     expect(await metricSample(h.url, 'wardline_revoked_requests_total')).toBe(refused.length)
     expect(await metricSample(h.url, 'wardline_revocations_active')).toBe(1)
@@ -77,7 +79,7 @@ describe('header auth, in memory', () => {
     expect(h.upstream.seen.length).toBe(before)
     const entry = (await h.audit()).at(-1)
     expect(entry).toMatchObject({ decision: 'unauthorized', status: 401, identity: 'alice', tenant: 'acme', method: 'POST' })
-    expect(entry?.reason).toMatch(/^revoked until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+    expect(entry?.reason).toMatch(/^revoked identity until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
   })
 
   test('matching is exact: Alice and ACME are other principals; a caller without a tenant is tenant "default"', async () => {
@@ -97,8 +99,8 @@ describe('header auth, in memory', () => {
     expect(await status(h, as('alice'))).toBe(401)
     expect(await status(h, as('*'))).toBe(401)
     expect(await status(h, as('alice', 'globex'))).toBe(200)
-    expect((await h.audit()).at(-2)?.reason).toBe('revoked (whole tenant)')
-    expect(await h.gateway.revocations.remove('*', 'acme')).toBe(true)
+    expect((await h.audit()).at(-2)?.reason).toBe('revoked identity (whole tenant)')
+    expect(await h.gateway.revocations.remove({ identity: '*', tenant: 'acme' })).toBe(true)
     expect(await status(h, as('alice'))).toBe(200)
   })
 
@@ -122,7 +124,7 @@ describe('header auth, in memory', () => {
     await waitFor(async () => (await status(h, as('alice'))) === 200, { what: 'alice back once her revocation ended', intervalMs: 50 })
     expect(await metricSample(h.url, 'wardline_revocations_active')).toBe(1)
     expect(await status(h, as('bob'))).toBe(401)
-    expect(await h.gateway.revocations.remove('bob', 'acme')).toBe(true)
+    expect(await h.gateway.revocations.remove({ identity: 'bob', tenant: 'acme' })).toBe(true)
     expect(await status(h, as('bob'))).toBe(200)
     expect(await metricSample(h.url, 'wardline_revocations_active')).toBe(0)
   })
@@ -177,7 +179,7 @@ describe('jwt auth, in memory', () => {
     const res = await post(h, bearer)
     expect(res.status).toBe(401)
     expect(res.headers.get('www-authenticate')).toContain('error="invalid_token"')
-    expect(await h.gateway.revocations.remove('alice', 'acme')).toBe(true)
+    expect(await h.gateway.revocations.remove({ identity: 'alice', tenant: 'acme' })).toBe(true)
     expect(await status(h, bearer)).toBe(200)
   })
 
@@ -191,6 +193,57 @@ describe('jwt auth, in memory', () => {
     expect((await h.audit()).filter((e) => e.identity === 'dora').map((e) => [e.identity, e.tenant])).toEqual([
       ['dora', 'default'],
       ['dora', 'acme'],
+    ])
+  })
+
+  const claims = (sub: string, extra: Record<string, unknown>): Record<string, unknown> => ({
+    sub,
+    tenant: 'acme',
+    iss: 'https://idp.example',
+    aud: 'wardline',
+    exp: hour(),
+    ...extra,
+  })
+
+  test('a revoked jti refuses that token, a cache hit included, while another token of the same identity works; lifting it lets it back', async () => {
+    const leaked = { authorization: `Bearer ${await hs(claims('erin', { jti: 'erin-leaked', iat: Math.floor(Date.now() / 1000) }))}` }
+    const other = { authorization: `Bearer ${await hs(claims('erin', { jti: 'erin-other', iat: Math.floor(Date.now() / 1000) }))}` }
+    expect(await status(h, leaked)).toBe(200)
+    expect(await status(h, leaked)).toBe(200) // in the token cache from now on
+    await h.gateway.revocations.revoke({ kind: 'jti', jti: 'erin-leaked', until: null })
+    const res = await post(h, leaked)
+    expect(res.status).toBe(401)
+    expect(res.headers.get('www-authenticate')).toBe('Bearer realm="wardline", error="invalid_token", error_description="revoked"')
+    expect(await status(h, other)).toBe(200)
+    const entries = (await h.audit()).filter((e) => e.identity === 'erin')
+    const refused = entries.filter((e) => e.decision === 'unauthorized')
+    expect(refused.map((e) => e.reason)).toEqual(['revoked token (jti "erin-leaked")'])
+    // The audit trail names the revocation, never the token.
+    const leakedToken = leaked.authorization.slice('Bearer '.length)
+    for (const e of entries) expect(JSON.stringify(e)).not.toContain(leakedToken.split('.')[2])
+    expect(await h.gateway.revocations.remove({ kind: 'jti', jti: 'erin-leaked' })).toBe(true)
+    expect(await status(h, leaked)).toBe(200)
+  })
+
+  test('issued before T: a cached old token is refused, a token minted after T works, a token without iat is refused', async () => {
+    const nowS = Math.floor(Date.now() / 1000)
+    const old = { authorization: `Bearer ${await hs(claims('fay', { jti: 'fay-1', iat: nowS - 600 }))}` }
+    const noIat = { authorization: `Bearer ${await hs(claims('fay', { jti: 'fay-2' }))}` }
+    expect(await status(h, old)).toBe(200)
+    expect(await status(h, old)).toBe(200) // cached
+    expect(await status(h, noIat)).toBe(200)
+    const before = new Date((nowS - 60) * 1000)
+    await h.gateway.revocations.revoke({ kind: 'issued_before', identity: 'fay', tenant: 'acme', issuedBefore: before, until: null })
+    expect(await status(h, old)).toBe(401)
+    expect(await status(h, noIat)).toBe(401)
+    const fresh = { authorization: `Bearer ${await hs(claims('fay', { jti: 'fay-3', iat: nowS }))}` }
+    expect(await status(h, fresh)).toBe(200)
+    const other = { authorization: `Bearer ${await hs(claims('gus', { iat: nowS - 600 }))}` }
+    expect(await status(h, other)).toBe(200) // another identity of the tenant
+    const reasons = (await h.audit()).filter((e) => e.identity === 'fay' && e.decision === 'unauthorized').map((e) => e.reason)
+    expect(reasons).toEqual([
+      `revoked tokens issued before ${before.toISOString()} (this one issued ${new Date((nowS - 600) * 1000).toISOString()})`,
+      `revoked tokens issued before ${before.toISOString()} (this one has no iat)`,
     ])
   })
 })

@@ -72,6 +72,17 @@ describe('filters', () => {
     expect(ids(audit('--identity', '').stdout)).toEqual(['r8'])
   })
 
+  test('--since today and yesterday start at 00:00 UTC of that day; --until today ends yesterday', () => {
+    const day = 86_400_000
+    const midnight = Math.floor(Date.now() / day) * day
+    const arrivedIn = (from: number, to: number): string[] =>
+      ENTRIES.filter((e) => Date.parse(e.timestamp) >= from && Date.parse(e.timestamp) < to).map((e) => e.request_id)
+    expect(ids(audit('--since', 'today').stdout)).toEqual(arrivedIn(midnight, Infinity))
+    expect(ids(audit('--since', 'yesterday', '--until', 'today').stdout)).toEqual(arrivedIn(midnight - day, midnight))
+    // Every entry is less than 3 hours old, so since yesterday's 00:00 UTC holds them all.
+    expect(ids(audit('--since', 'Yesterday').stdout)).toEqual(ENTRIES.map((e) => e.request_id))
+  })
+
   test('tenant, tool and decision (a comma list) combine with AND', () => {
     expect(ids(audit('--tenant', 'globex').stdout)).toEqual(['r2'])
     expect(ids(audit('--tool', 'delete_*').stdout)).toEqual(['r3'])
@@ -260,7 +271,12 @@ describe('lookalike identities in the table', () => {
 describe('bad input: exit 1 and one precise line', () => {
   test.each([
     [['--decision', 'allowed'], /--decision allowed: "allowed" is not a decision \(one or more of allow, deny, throttled/],
-    [['--since', '5x'], /--since 5x: must be a duration back from now \(90s, 30m, 1h, 7d\) or an ISO 8601 time/],
+    [
+      ['--since', '5x'],
+      /--since 5x: must be a duration back from now \(90s, 30m, 1h, 7d\), today or yesterday \(from 00:00 UTC\), or an ISO 8601 time/,
+    ],
+    [['--since', 'tomorrow'], /--since tomorrow: must be a duration back from now .* today or yesterday/],
+    [['--since', 'today', '--until', 'today'], /--until today must be later than --since today/],
     [['--since', '2026-02-31'], /--since 2026-02-31: must be a duration/],
     [['--since', '2026-12-01T10:00'], /--since 2026-12-01T10:00: add Z or an offset/],
     [['--since', new Date(now + 86_400_000).toISOString()], /is in the future \(now is /],
@@ -329,6 +345,17 @@ describe('attacks', () => {
   test('parsing is strict about what it turns into a time', () => {
     expect(parseTime('--since', '2026-12-01', 0)).toBe(Date.parse('2026-12-01T00:00:00Z'))
     expect(parseTime('--since', '90s', 100_000)).toBe(10_000)
+    const morning = Date.parse('2026-12-02T09:30:00.250Z')
+    expect(parseTime('--since', 'today', morning)).toBe(Date.parse('2026-12-02T00:00:00Z'))
+    expect(parseTime('--since', ' TODAY ', morning)).toBe(Date.parse('2026-12-02T00:00:00Z'))
+    expect(parseTime('--until', 'yesterday', morning)).toBe(Date.parse('2026-12-01T00:00:00Z'))
+    // At 00:00 UTC exactly, today starts now; a leap day and a year's turn are ordinary days.
+    expect(parseTime('--since', 'today', Date.parse('2026-12-02T00:00:00Z'))).toBe(Date.parse('2026-12-02T00:00:00Z'))
+    expect(parseTime('--since', 'yesterday', Date.parse('2028-03-01T00:00:01Z'))).toBe(Date.parse('2028-02-29T00:00:00Z'))
+    expect(parseTime('--since', 'yesterday', Date.parse('2027-01-01T23:59:59Z'))).toBe(Date.parse('2026-12-31T00:00:00Z'))
+    // Only the two words: not a prototype property, not another day.
+    for (const word of ['constructor', 'toString', '__proto__', 'tomorrow', 'today1'])
+      expect(() => parseTime('--since', word, morning)).toThrow(/today or yesterday/)
     expect(() => parseTime('--since', '0s', now)).toThrow(/between 1s and 36500d/)
     expect(() => buildFilter({ since: '2026-13-01' }, now)).toThrow(/ISO 8601/)
   })

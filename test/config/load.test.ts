@@ -11,7 +11,12 @@ describe('configuration loading', () => {
   test('a minimal file gets every documented default', () => {
     const config = parseConfig('upstream: http://127.0.0.1:3001/\nauth: { mode: header }\n', { env: {}, baseDir: '/srv' })
     expect(config.listen).toEqual({ host: '127.0.0.1', port: 8080 })
-    expect(config.upstream).toEqual({ url: 'http://127.0.0.1:3001', timeoutSeconds: 30, connections: 128 })
+    expect(config.upstream).toEqual({
+      url: 'http://127.0.0.1:3001',
+      timeoutSeconds: 30,
+      connections: 128,
+      healthCheck: { url: null, method: 'GET', intervalSeconds: 10, timeoutSeconds: 2, affectsReadiness: true },
+    })
     expect(config.limits).toEqual({
       maxBodyBytes: 4194304,
       maxJsonDepth: 64,

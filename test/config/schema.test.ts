@@ -419,8 +419,10 @@ describe('one source: the schema and check-config agree, key by key', () => {
     expect(keys.map((k) => k.path)).toEqual(expect.arrayContaining(['log_level', 'auth.mode', 'budget.on_store_error', 'tool_refusals']))
     for (const { path, call } of keys) {
       for (const choice of call.choices as string[]) expect(expectAgreement(path, choice).configOk).toBe(true)
-      for (const value of ['nope', (call.choices as string[])[0].toUpperCase(), 3])
-        expect(expectAgreement(path, value).configOk).toBe(false)
+      // A choice in the other case (choices are case-sensitive: `HTTP`, and `get` for upstream_health_check.method).
+      const first = (call.choices as string[])[0]
+      const otherCase = first === first.toUpperCase() ? first.toLowerCase() : first.toUpperCase()
+      for (const value of ['nope', otherCase, 3]) expect(expectAgreement(path, value).configOk).toBe(false)
     }
   })
 

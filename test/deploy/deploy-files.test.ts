@@ -166,6 +166,7 @@ describe('the Prometheus alert rules', () => {
     expect(byName.get('WardlineAuditBackpressure')).toContain('wardline_audit_backpressure_total')
     expect(byName.get('WardlineUpstreamUnreachable')).toContain('wardline_upstream_errors_total')
     expect(byName.get('WardlineNotReady')).toContain('wardline_ready')
+    expect(byName.get('WardlineUpstreamDown')).toContain('wardline_upstream_up')
     expect(byName.get('WardlineTargetDown')).toContain('up')
   })
 })

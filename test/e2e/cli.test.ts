@@ -2,11 +2,12 @@
  * The real CLI as an operator runs it: `node dist/src/main.js …` in a child process, from a build of
  * the current sources (test/helpers/cli.ts says how and why).
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
-import { connect } from 'node:net'
+import { type AddressInfo, connect } from 'node:net'
+import { createServer } from 'node:http'
 import { join } from 'node:path'
-import { ROOT, killServed, runCli as cli, startServe as serve } from '../helpers/cli'
+import { ROOT, cliMain, killServed, runCli as cli, startServe as serve } from '../helpers/cli'
 import { readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
 import { type RawUpstream, gate, startRawUpstream } from './raw-upstream'
@@ -175,6 +176,44 @@ describe('wardline serve', () => {
     expect(await answered.json()).toEqual({ jsonrpc: '2.0', id: 1, result: { content: [] } })
     expect(await served.exited).toBe(0)
     expect(readJsonl(auditFile).map((e) => [e.method, e.tool, e.decision, e.status])).toEqual([['tools/call', 'echo', 'allow', 200]])
+  })
+
+  test('SIGTERM while starting (before "wardline listening") stops the gateway once started, with 0, not by the default action', async () => {
+    // An upstream that accepts and never answers: startup waits for the first health probe to time out,
+    // a window in which the signal arrives.
+    const hung = createServer(() => undefined)
+    await new Promise<void>((resolve) => hung.listen(0, '127.0.0.1', resolve))
+    const dir = tempDir()
+    const file = writeConfig(
+      dir,
+      [
+        'listen: 127.0.0.1:0',
+        `upstream: http://127.0.0.1:${(hung.address() as AddressInfo).port}`,
+        'auth: { mode: header }',
+        `audit: { output: ${join(dir, 'audit.jsonl')} }`,
+        'upstream_health_check: { timeout_seconds: 2 }',
+        '',
+      ].join('\n'),
+    )
+    const child = spawn(process.execPath, [cliMain(), 'serve', '--config', file], { cwd: ROOT })
+    let stderr = ''
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')))
+    const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+      child.on('exit', (code, signal) => resolve([code, signal])),
+    )
+    try {
+      // Logged while the gateway is wired, before the first probe is awaited.
+      await waitFor(() => stderr.includes('auth.mode is header'), { what: 'startup to begin wiring' })
+      expect(stderr).not.toContain('wardline listening')
+      child.kill('SIGTERM')
+      expect(await exited).toEqual([0, null])
+      expect(stderr).toContain('stop requested while starting')
+      expect(stderr).toContain('shutting down')
+    } finally {
+      child.kill('SIGKILL')
+      hung.closeAllConnections()
+      await new Promise((resolve) => hung.close(resolve))
+    }
   })
 
   test('a second signal while shutdown is stuck on an audit write that never completes exits at once, with 1', async () => {

@@ -167,6 +167,18 @@ test('a bad or expired token: exit 2 with the gateway reason, and the token is n
   expect(refused.map((e) => e.reason)).toEqual(expect.arrayContaining(['bad token signature', 'token expired']))
 })
 
+test('a revoked identity: exit 2 saying it was revoked and to ask an operator, not to mint a fresh token', async () => {
+  await h.gateway.revocations.revoke({ identity: 'dave', tenant: 'acme', until: null, reason: 'laptop stolen' })
+  // A fresh token changes nothing for a revoked identity (the second run mints another), so the hint must not suggest one.
+  const run = await runExample(['--url', mcpUrl()], { WARDLINE_TOKEN: await token('dave') })
+  expect(run.code).toBe(2)
+  expect(run.stderr.trim()).toBe(
+    '401 Unauthorized: revoked: this token (or its identity) was revoked; ask an operator (wardline revoke --list)',
+  )
+  const again = await runExample(['--url', mcpUrl()], { WARDLINE_TOKEN: await token('dave') })
+  expect(again.stderr).toBe(run.stderr)
+})
+
 test('a token exported with its "Bearer " prefix still works (the header is not doubled)', async () => {
   const run = await runExample(['--url', mcpUrl(), '--calls', '1'], { WARDLINE_TOKEN: `Bearer ${await token('carol')}\n` })
   expect(run.stderr).toBe('')
@@ -214,6 +226,20 @@ test('an unreachable gateway is exit 4 with the network reason; a wrong path say
   const wrongPath = await runExample(['--url', `${h.url}/sse`], { WARDLINE_TOKEN: await token('frank') })
   expect(wrongPath.code).toBe(4)
   expect(wrongPath.stderr).toMatch(/is this the Streamable HTTP endpoint \(usually …\/mcp\)\?/)
+})
+
+test('a 404 forwarded from a gateway whose upstream URL ends with /mcp names the upstream URL as the likely cause', async () => {
+  // The mistake most servers' READMEs invite: upstream written with the server's own /mcp, so /mcp goes to /mcp/mcp.
+  const doubled = await startHarness({ config, upstreamUrl: `${h.upstream.url}/mcp` })
+  try {
+    const run = await runExample(['--url', mcpUrl(doubled)], { WARDLINE_TOKEN: await token('gina', 'acme', doubled) })
+    expect(run.code).toBe(4)
+    expect(run.stderr.trim()).toBe(
+      `HTTP 404 from ${mcpUrl(doubled)}: the MCP server behind Wardline has no /mcp. Likely cause: the gateway's upstream URL ends with the server's path (upstream: http://host:3001/mcp sends /mcp to /mcp/mcp); set upstream to the server's address without it (wardline check-config warns about this)`,
+    )
+  } finally {
+    await doubled.close()
+  }
 })
 
 test('npm run build emits it: tsconfig.build.json compiles examples/client.ts into dist/examples/client.js', () => {

@@ -11,6 +11,9 @@ export interface SeenRequest {
   readonly closed: Promise<{ finished: boolean }>
 }
 
+/** What the gateway's health probe sends as its User-Agent (upstream/probe.ts). */
+const PROBE_USER_AGENT = 'wardline-health-check'
+
 export interface RawUpstream {
   readonly url: string
   readonly seen: SeenRequest[]
@@ -20,13 +23,19 @@ export interface RawUpstream {
 /**
  * A plain node:http server on port 0 whose answer each test writes by hand, for what the example MCP
  * server cannot do on cue: stall, stream at a chosen moment, break off, send odd headers. It records
- * every request with its body and when its response closed.
+ * every request the gateway forwards, with its body and when its response closed. The gateway's own
+ * health probe (upstream/probe.ts, by its User-Agent) is answered 404 here and not recorded: these
+ * tests count and answer what callers send; test/upstream/probe.test.ts is about the probe.
  */
 export async function startRawUpstream(
   answer: (req: IncomingMessage, res: ServerResponse, seen: SeenRequest) => void | Promise<void>,
 ): Promise<RawUpstream> {
   const seen: SeenRequest[] = []
   const server: Server = createServer((req, res) => {
+    if (req.headers['user-agent'] === PROBE_USER_AGENT) {
+      res.writeHead(404).end()
+      return
+    }
     const closed = new Promise<{ finished: boolean }>((resolve) => res.on('close', () => resolve({ finished: res.writableFinished })))
     const record: SeenRequest = {
       method: req.method ?? '',

@@ -121,8 +121,10 @@ describe('sessions through the gateway (stateful upstream)', () => {
     const { client, transport } = await connect(h)
     const sessionId = transport.sessionId
     // The SDK opens the GET stream right after initialization, without waiting for it.
-    await waitFor(() => h.upstream.seen.some((r) => r.method === 'GET'), { what: 'the GET stream to reach the upstream' })
-    const get = h.upstream.seen.find((r) => r.method === 'GET')
+    // A GET of /mcp: the gateway's own health probe is a GET of / (upstream_health_check).
+    const isStream = (r: { method: string; url: string }): boolean => r.method === 'GET' && r.url === '/mcp'
+    await waitFor(() => h.upstream.seen.some(isStream), { what: 'the GET stream to reach the upstream' })
+    const get = h.upstream.seen.find(isStream)
     expect(get?.url).toBe('/mcp')
     expect(get?.headers.accept).toContain('text/event-stream')
     expect(get?.headers['mcp-session-id']).toBe(sessionId)

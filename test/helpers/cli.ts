@@ -24,17 +24,16 @@ export const ROOT = join(__dirname, '..', '..')
 
 let builtMain: string | null = null
 
-/** Compiles src/ into a fresh private build (once per test file) and returns its dist/src/main.js. */
+/** Compiles src/ and examples/ into a fresh private build (once per test file) and returns its dist/src/main.js. */
 function main(): string {
   if (builtMain !== null) return builtMain
   const out = tempDir('wardline-cli-')
-  const src = join(ROOT, 'src')
   const compile = (dir: string): void => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const path = join(dir, entry.name)
       if (entry.isDirectory()) compile(path)
       else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) {
-        const target = join(out, 'dist', 'src', relative(src, path)).replace(/\.ts$/, '.js')
+        const target = join(out, 'dist', relative(ROOT, path)).replace(/\.ts$/, '.js')
         mkdirSync(dirname(target), { recursive: true })
         const { code } = transformFileSync(path, {
           jsc: { parser: { syntax: 'typescript' }, target: 'es2022' },
@@ -45,11 +44,17 @@ function main(): string {
       }
     }
   }
-  compile(src)
+  compile(join(ROOT, 'src'))
+  compile(join(ROOT, 'examples'))
   copyFileSync(join(ROOT, 'package.json'), join(out, 'package.json'))
   symlinkSync(join(ROOT, 'node_modules'), join(out, 'node_modules'), 'dir')
   builtMain = join(out, 'dist', 'src', 'main.js')
   return builtMain
+}
+
+/** An example's built script, dist/examples/<name>.js (`mcp-server`, `demo`), compiled with src/. */
+export function exampleScript(name: string): string {
+  return join(dirname(dirname(main())), 'examples', `${name}.js`)
 }
 
 /** The built main.js, for a test that spawns the CLI itself (its own stdio: a pipe closed early, say). */

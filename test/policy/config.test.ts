@@ -59,7 +59,7 @@ describe('policy configuration', () => {
       'policy.default: is required (allow or deny)',
       'policy.rules[1].effect: must be allow or deny',
       expect.stringMatching(/^policy\.rules\[2\]\.method: must be one of tools\/call, resources\/list, .*, resources\/\*, prompts\/\*$/),
-      'policy.rules[3].tenants: unknown key (allowed: identity, tenant, method, tool, effect)',
+      'policy.rules[3].tenants: unknown key, did you mean tenant? (allowed: identity, tenant, method, tool, effect)',
       'policy.rules[3].tool: is required',
       'policy.rules[4].identity: must not be empty',
       'policy.rules[4].tool: must be a string',

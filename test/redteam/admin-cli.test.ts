@@ -109,7 +109,7 @@ describe('--until', () => {
         admin: { listen: '127.0.0.1:1', token: TOKEN },
       }),
     )
-    const r = runCli(['revoke', '--config', file, '--identity', 'alice', '--until', '100000000d'])
+    const r = runCli(['revoke', '--config', file, '--identity', 'alice', '--tenant', 'default', '--until', '100000000d'])
     expect(r.code).toBe(1)
     expect(r.stderr).toBe('wardline: --until 100000000d ends after the year 9999\n')
   })
@@ -144,10 +144,14 @@ describe('a gateway that hangs', () => {
         admin: { listen: `127.0.0.1:${port}`, token: TOKEN },
       }),
     )
-    const child = spawn(process.execPath, [cliMain(), 'revoke', '--identity', 'alice', '--config', file, '--timeout', '1'], {
-      cwd: ROOT,
-      env: { ...process.env, NO_COLOR: '1' },
-    })
+    const child = spawn(
+      process.execPath,
+      [cliMain(), 'revoke', '--identity', 'alice', '--tenant', 'acme', '--config', file, '--timeout', '1'],
+      {
+        cwd: ROOT,
+        env: { ...process.env, NO_COLOR: '1' },
+      },
+    )
     let stderr = ''
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()))
     const code = await new Promise<number | null>((resolve) => child.on('close', resolve))

@@ -1,44 +1,41 @@
-import { execFileSync, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
-import { homedir, tmpdir } from 'node:os'
-import { dirname, join, resolve } from 'node:path'
+import { execFileSync } from 'node:child_process'
+import { accessSync, constants, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { delimiter, join, resolve } from 'node:path'
+import { tmpdir } from 'node:os'
 import yaml from 'js-yaml'
 
+/** How to get a promtool, for the messages below. */
+export const PROMTOOL_HOW =
+  'set PROMTOOL to a promtool binary or put one on PATH (`export PROMTOOL="$(bash .ci/promtool)"` fetches Debian\'s into ~/.cache/wardline)'
+
 /**
- * promtool (Prometheus's own rule evaluator): $PROMTOOL, else on PATH, else provisioned as the test
- * suite provisions Postgres when none is reachable: Debian's `prometheus` package, downloaded (never
- * installed: no service, no root needed beyond apt's download) and unpacked once into
- * ~/.cache/wardline/prometheus, then reused. Throws, with what to do, when none can be had: an alert
- * test that skips itself on a machine without promtool would pass without testing anything.
+ * promtool (Prometheus's own rule evaluator): $PROMTOOL, else the first on PATH. The test suite never
+ * fetches or installs it (no npm package ships it): `.ci/promtool` does, and `.ci/run` exports it.
+ * `required` says whether its absence must fail the tests rather than skip them: in CI (CI=true, or
+ * WARDLINE_REQUIRE_PROMTOOL=1, which `.ci/run` sets) and whenever PROMTOOL is set, a skip would pass
+ * without testing anything.
  */
-export function findPromtool(): string {
-  if (process.env.PROMTOOL !== undefined && existsSync(process.env.PROMTOOL)) return process.env.PROMTOOL
-  const which = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' })
-  if (which.status === 0 && which.stdout.trim() !== '') return which.stdout.trim()
-  const cache = join(homedir(), '.cache', 'wardline', 'prometheus')
-  const binary = join(cache, 'usr', 'bin', 'promtool')
-  if (existsSync(binary)) return binary
-  // Unpacked beside the cache and renamed into place: test files provisioning at once never see half a tree.
-  mkdirSync(dirname(cache), { recursive: true })
-  const work = mkdtempSync(`${cache}.download-`)
-  const download = (): boolean =>
-    spawnSync('apt-get', ['download', 'prometheus'], { cwd: work, stdio: 'ignore', timeout: 120_000 }).status === 0
-  if (!download()) {
-    spawnSync('apt-get', ['update', '-qq'], { stdio: 'ignore', timeout: 120_000 })
-    if (!download()) {
-      throw new Error('promtool not found: set PROMTOOL, put it on PATH, or let `apt-get download prometheus` work (Debian/Ubuntu)')
-    }
+export function findPromtool(env: NodeJS.ProcessEnv = process.env): { path: string | null; required: boolean; why: string } {
+  const ci = env.CI !== undefined && env.CI !== '' && env.CI !== 'false' && env.CI !== '0'
+  const required = ci || env.WARDLINE_REQUIRE_PROMTOOL === '1' || env.PROMTOOL !== undefined
+  if (env.PROMTOOL !== undefined) {
+    return executable(env.PROMTOOL)
+      ? { path: env.PROMTOOL, required, why: '' }
+      : { path: null, required, why: `PROMTOOL=${env.PROMTOOL} is not an executable file` }
   }
-  const deb = readdirSync(work).find((f) => f.endsWith('.deb'))
-  if (deb === undefined) throw new Error(`apt-get download prometheus left no .deb in ${work}`)
-  execFileSync('dpkg', ['-x', join(work, deb), join(work, 'root')])
+  for (const dir of (env.PATH ?? '').split(delimiter)) {
+    if (dir !== '' && executable(join(dir, 'promtool'))) return { path: join(dir, 'promtool'), required, why: '' }
+  }
+  return { path: null, required, why: `no promtool: ${PROMTOOL_HOW}` }
+}
+
+function executable(file: string): boolean {
   try {
-    renameSync(join(work, 'root'), cache)
-  } catch (err) {
-    if (!existsSync(binary)) throw err // another test file put it in place first: theirs is as good
+    accessSync(file, constants.X_OK)
+    return true
+  } catch {
+    return false
   }
-  rmSync(work, { recursive: true, force: true })
-  return binary
 }
 
 export const ALERTS_FILE = resolve(__dirname, '../../deploy/prometheus/alerts.yml')

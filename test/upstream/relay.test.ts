@@ -30,7 +30,7 @@ interface Relay {
   close(): Promise<void>
 }
 
-const BASE_CONFIG: UpstreamConfig = { url: 'http://127.0.0.1:1', timeoutSeconds: 5, connections: 4 }
+const BASE_CONFIG: UpstreamConfig = { url: 'http://127.0.0.1:1', timeoutSeconds: 5, connections: 4, healthCheck: null }
 
 let open: Relay[] = []
 afterEach(async () => {

@@ -5,6 +5,7 @@ import { coalescedAdmission } from './004-coalesced-admission'
 import { auditQueries } from './005-audit-queries'
 import { revocations } from './006-revocations'
 import { handOverInAdmission } from './007-handover-in-admission'
+import { tokenRevocations } from './008-token-revocations'
 
 /** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
 export interface Migration {
@@ -22,4 +23,5 @@ export const MIGRATIONS: readonly Migration[] = [
   auditQueries,
   revocations,
   handOverInAdmission,
+  tokenRevocations,
 ]
