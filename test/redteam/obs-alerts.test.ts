@@ -128,46 +128,49 @@ alertTest('a single refused upstream connection (an MCP server restart) pages no
   expect([...alerts.keys()]).toEqual([])
 })
 
-alertTest('an upstream that stays down (real gateway, real sockets) fires WardlineUpstreamDown, then WardlineUpstreamUnreachable and WardlineNotReady, and nothing before', async () => {
-  // A probe every 50 ms, so each scrape below sees what the probe found by then.
-  const h = await startHarness({ mode: 'stateless-json', config: { upstream_health_check: { interval_seconds: 0.05 } } })
-  try {
-    const scrapes: Map<string, number>[] = []
-    for (let minute = 0; minute < 16; minute++) {
-      if (minute === 5) {
-        await h.upstream.close()
-        await waitFor(async () => (await fetch(`${h.url}/readyz`)).status === 503, { what: 'the probe to find the upstream down' })
+alertTest(
+  'an upstream that stays down (real gateway, real sockets) fires WardlineUpstreamDown, then WardlineUpstreamUnreachable and WardlineNotReady, and nothing before',
+  async () => {
+    // A probe every 50 ms, so each scrape below sees what the probe found by then.
+    const h = await startHarness({ mode: 'stateless-json', config: { upstream_health_check: { interval_seconds: 0.05 } } })
+    try {
+      const scrapes: Map<string, number>[] = []
+      for (let minute = 0; minute < 16; minute++) {
+        if (minute === 5) {
+          await h.upstream.close()
+          await waitFor(async () => (await fetch(`${h.url}/readyz`)).status === 503, { what: 'the probe to find the upstream down' })
+        }
+        for (let i = 0; i < 3; i++) {
+          const res = await fetch(`${h.url}/mcp`, {
+            method: 'POST',
+            headers: { ...MCP_HEADERS, ...as('alice') },
+            body: JSON.stringify(toolCall('echo', { text: 'x' }, i)),
+          })
+          expect(res.status).toBe(minute < 5 ? 200 : 502)
+          await res.arrayBuffer()
+        }
+        scrapes.push(samples(await (await fetch(`${h.url}/metrics`)).text()))
       }
-      for (let i = 0; i < 3; i++) {
-        const res = await fetch(`${h.url}/mcp`, {
-          method: 'POST',
-          headers: { ...MCP_HEADERS, ...as('alice') },
-          body: JSON.stringify(toolCall('echo', { text: 'x' }, i)),
-        })
-        expect(res.status).toBe(minute < 5 ? 200 : 502)
-        await res.arrayBuffer()
-      }
-      scrapes.push(samples(await (await fetch(`${h.url}/metrics`)).text()))
+      const alerts = fired(scrapes)
+      const at = alerts.get('WardlineUpstreamUnreachable') ?? []
+      expect(Math.min(...at)).toBe(7)
+      expect(at).toContain(15)
+      // The error ratio (warning) follows after its 10 minutes: 3 of 3 calls fail.
+      expect(alerts.get('WardlineUpstreamErrors') ?? []).toEqual([15])
+      // The probe needs no call: down from minute 5, it pages a minute later; /readyz has said 503 since then too.
+      expect(Math.min(...(alerts.get('WardlineUpstreamDown') ?? []))).toBe(6)
+      expect(Math.min(...(alerts.get('WardlineNotReady') ?? []))).toBe(7)
+      expect([...alerts.keys()].sort()).toEqual([
+        'WardlineNotReady',
+        'WardlineUpstreamDown',
+        'WardlineUpstreamErrors',
+        'WardlineUpstreamUnreachable',
+      ])
+    } finally {
+      await h.close()
     }
-    const alerts = fired(scrapes)
-    const at = alerts.get('WardlineUpstreamUnreachable') ?? []
-    expect(Math.min(...at)).toBe(7)
-    expect(at).toContain(15)
-    // The error ratio (warning) follows after its 10 minutes: 3 of 3 calls fail.
-    expect(alerts.get('WardlineUpstreamErrors') ?? []).toEqual([15])
-    // The probe needs no call: down from minute 5, it pages a minute later; /readyz has said 503 since then too.
-    expect(Math.min(...(alerts.get('WardlineUpstreamDown') ?? []))).toBe(6)
-    expect(Math.min(...(alerts.get('WardlineNotReady') ?? []))).toBe(7)
-    expect([...alerts.keys()].sort()).toEqual([
-      'WardlineNotReady',
-      'WardlineUpstreamDown',
-      'WardlineUpstreamErrors',
-      'WardlineUpstreamUnreachable',
-    ])
-  } finally {
-    await h.close()
-  }
-})
+  },
+)
 
 test('one failed health probe (a blip shorter than a minute) pages nobody; a minute of them fires WardlineUpstreamDown, which clears once it is back', async () => {
   const m = replica(tempDir(), { ok: true })
