@@ -231,7 +231,16 @@ describe('wardline serve', () => {
         headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' },
         body: JSON.stringify(toolCall('echo', { text: 'x'.repeat(200) }, 1)),
       }).then((r) => r.status)
-    for (let i = 0; i < 20; i++) expect((await Promise.all(Array.from({ length: 50 }, post))).every((s) => s === 200)).toBe(true)
+    // Until the trail is stuck for certain: entries wait in the queue behind a write the full pipe holds
+    // (how many calls fill the pipe and the reader's buffer depends on the machine, so it is observed).
+    const queued = async (): Promise<number> => {
+      const text = await (await fetch(`http://127.0.0.1:${served.port}/metrics`)).text()
+      return Number(/^wardline_audit_queue_entries\{sink="stdout"\} (\d+)$/m.exec(text)?.[1] ?? 0)
+    }
+    for (let round = 0; round < 20 || (await queued()) === 0; round++) {
+      expect(round).toBeLessThan(200)
+      expect((await Promise.all(Array.from({ length: 50 }, post))).every((s) => s === 200)).toBe(true)
+    }
     served.child.kill('SIGTERM')
     await waitFor(() => served.stderr().includes('shutting down'), { what: 'the shutdown log line' })
     const firstSignalSeenAt = performance.now() // no earlier than the child's own mark of the first signal
