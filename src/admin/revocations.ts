@@ -4,6 +4,7 @@ import {
   type RevocationList,
   type RevocationRequest,
   type RevocationTarget,
+  looksLikeToken,
   targetProblem,
 } from '../auth/revocations'
 import { type AdminAnswer, type AdminRequest, AdminStoreFailure, onTarget } from './server'
@@ -151,7 +152,8 @@ function refusal(status: number, message: string): AdminAnswer {
 
 /** The audit target: `identity=… tenant=…`, `jti=…`, with ` kind=issued_before` for that kind. */
 function describe(target: RevocationTarget): string {
-  if (target.kind === 'jti') return `jti=${targetValue(target.jti)}`
+  // A token pasted as a jti is refused (jtiProblem); its refusal's audit target must not keep it either.
+  if (target.kind === 'jti') return looksLikeToken(target.jti) ? 'jti=(a token, not shown)' : `jti=${targetValue(target.jti)}`
   const pair = `identity=${targetValue(target.identity)} tenant=${targetValue(target.tenant)}`
   return target.kind === 'issued_before' ? `${pair} kind=issued_before` : pair
 }

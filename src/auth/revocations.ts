@@ -156,7 +156,18 @@ export function jtiProblem(jti: unknown): string | null {
   if (hasControlCharacters(jti)) return 'jti contains control characters'
   if (jti.trim() !== jti) return 'jti has leading or trailing whitespace'
   if (LONE_SURROGATE.test(jti)) return 'jti is not well-formed Unicode'
+  if (looksLikeToken(jti))
+    return "jti is a whole token (three base64url segments, a JSON header first): give the token's jti claim, never the token"
   return null
+}
+
+/**
+ * A compact JWS/JWT (`eyJ` is base64url for `{"`, how every JOSE header starts): what an operator
+ * pastes by mistake instead of its `jti`. A short token fits in MAX_JTI_BYTES, and stored as a jti it
+ * would sit in the shared table, the list, and the admin audit target: a token must never be kept.
+ */
+export function looksLikeToken(value: string): boolean {
+  return /^eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(value)
 }
 
 /**
