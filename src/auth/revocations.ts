@@ -178,16 +178,22 @@ export function looksLikeToken(value: string): boolean {
 // eslint-disable-next-line no-control-regex
 const REASON_UNSAFE = /[\x00-\x1f\x7f-\x9f\u2028\u2029]/
 
+/** A compact JWS/JWT anywhere in a text (looksLikeToken's shape, unanchored). */
+const TOKEN_INSIDE = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/
+
 /**
  * Why a revocation's `reason` is unacceptable, or null: too long, or holding a character that breaks
- * its one line (named by code point and position, so the operator can find it). The admin API answers
- * it with 400; `wardline revoke --reason` checks it before calling the API.
+ * its one line (named by code point and position, so the operator can find it), or a token pasted into
+ * it. The admin API answers it with 400; `wardline revoke --reason` checks it before calling the API.
  */
 export function reasonProblem(reason: unknown): string | null {
   if (typeof reason !== 'string') return 'reason must be a string'
   if (reason.length > MAX_REASON_CHARS) return `reason is longer than ${MAX_REASON_CHARS} characters`
   const found = REASON_UNSAFE.exec(reason)
-  if (found === null) return null
+  if (found === null) {
+    // A note such as "leaked: eyJ…" would keep the token in the table, the list and the admin audit trail.
+    return TOKEN_INSIDE.test(reason) ? 'reason contains a token (eyJ….….…): name it by its jti, never paste the token' : null
+  }
   const code = found[0].charCodeAt(0)
   const name = `U+${code.toString(16).toUpperCase().padStart(4, '0')}`
   const what =
