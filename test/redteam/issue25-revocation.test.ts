@@ -142,4 +142,19 @@ describe('a token pasted where a jti belongs is refused, so it never lands in th
     const trail = JSON.stringify(await h.audit())
     expect(trail).not.toContain(token.split('.')[2])
   })
+
+  test('a reason holding the token ("leaked: <token>") is refused, so the note cannot carry it into the list or the trail', async () => {
+    const token = await hs({ sub: 'c', tenant: 'acme', exp: hour() })
+    await expect(
+      h.gateway.revocations.revoke({ identity: 'c', tenant: 'acme', until: null, reason: `leaked in ticket 42: ${token} (rotated)` }),
+    ).rejects.toBeInstanceOf(RevocationInputError)
+    const admin = h.gateway.adminUrl as string
+    const headers = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }
+    const body = JSON.stringify({ identity: 'c', tenant: 'acme', reason: `pasted ${token}` })
+    const res = await fetch(`${admin}/revocations`, { method: 'POST', headers, body })
+    expect(res.status).toBe(400)
+    expect(JSON.stringify(await res.json())).not.toContain(token)
+    expect(await h.gateway.revocations.list()).toEqual([])
+    expect(JSON.stringify(await h.audit())).not.toContain(token.split('.')[2])
+  })
 })
