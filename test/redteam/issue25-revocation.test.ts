@@ -87,8 +87,11 @@ describe('issued-before cannot be dodged by the iat a token carries', () => {
     expect(await status(h, rawToken(`{${base('kim')},"iat":"${nowS()}"}`))).toBe(401)
   })
 
-  test('a numeric jti is no token id: revoking its digits as a string does not silently pass it off as revoked, the identity still can be', async () => {
+  test('a numeric jti is no token id: revoking its digits as a string does not reach it (documented), issued-before does', async () => {
     const numeric = rawToken(`{${base('lea')},"iat":${nowS()},"jti":12345}`)
+    expect(await status(h, numeric)).toBe(200)
+    // Documented: a jti that is not a string is none; its digits as a string name another token.
+    await h.gateway.revocations.revoke({ kind: 'jti', jti: '12345', until: null })
     expect(await status(h, numeric)).toBe(200)
     await h.gateway.revocations.revoke({ kind: 'issued_before', identity: 'lea', tenant: 'acme', issuedBefore: new Date(), until: null })
     expect(await status(h, numeric)).toBe(401)
@@ -106,6 +109,50 @@ describe('issued-before cannot be dodged by the iat a token carries', () => {
     expect(await status(h, t)).toBe(200)
     await h.gateway.revocations.revoke({ kind: 'jti', jti: 'max-leaked', until: null })
     expect(await status(h, t)).toBe(401)
+  })
+})
+
+describe('odd jti values: matched byte for byte, or refused with a way out', () => {
+  let h: Harness
+  beforeAll(async () => {
+    h = await startHarness({ mode: 'stateless-json', config: { auth: JWT } })
+  })
+  afterAll(async () => {
+    await h.close()
+  })
+
+  test('a jti in NFD is not revoked by its NFC spelling (exact, as documented), and is by its own', async () => {
+    const nfd = 'jose\u0301-1'
+    const t = rawToken(`{${base('ned')},"iat":${nowS()},"jti":${JSON.stringify(nfd)}}`)
+    await h.gateway.revocations.revoke({ kind: 'jti', jti: nfd.normalize('NFC'), until: null })
+    expect(await status(h, t)).toBe(200)
+    await h.gateway.revocations.revoke({ kind: 'jti', jti: nfd, until: null })
+    expect(await status(h, t)).toBe(401)
+  })
+
+  test('a token whose jti is 300 bytes or has a space at its end cannot be revoked by jti (400), but issued-before reaches it', async () => {
+    const long = 'j'.repeat(300)
+    const spaced = 'ola-1 '
+    const tLong = rawToken(`{${base('ola')},"iat":${nowS() - 10},"jti":"${long}"}`)
+    const tSpaced = rawToken(`{${base('ola')},"iat":${nowS() - 10},"jti":"${spaced}"}`)
+    expect(await status(h, tLong)).toBe(200)
+    expect(await status(h, tSpaced)).toBe(200)
+    await expect(h.gateway.revocations.revoke({ kind: 'jti', jti: long, until: null })).rejects.toThrow(/longer than 256 bytes/)
+    await expect(h.gateway.revocations.revoke({ kind: 'jti', jti: spaced, until: null })).rejects.toThrow(/whitespace/)
+    await h.gateway.revocations.revoke({ kind: 'issued_before', identity: 'ola', tenant: 'acme', issuedBefore: new Date(), until: null })
+    expect(await status(h, tLong)).toBe(401)
+    expect(await status(h, tSpaced)).toBe(401)
+  })
+
+  test('a jti given as an array or an object is no token id: the token works until its identity is revoked', async () => {
+    const arr = rawToken(`{${base('pia')},"iat":${nowS()},"jti":["pia-1"]}`)
+    const obj = rawToken(`{${base('pia')},"iat":${nowS()},"jti":{"toString":"pia-1"}}`)
+    await h.gateway.revocations.revoke({ kind: 'jti', jti: 'pia-1', until: null })
+    expect(await status(h, arr)).toBe(200)
+    expect(await status(h, obj)).toBe(200)
+    await h.gateway.revocations.revoke({ identity: 'pia', tenant: 'acme', until: null })
+    expect(await status(h, arr)).toBe(401)
+    expect(await status(h, obj)).toBe(401)
   })
 })
 
