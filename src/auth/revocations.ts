@@ -137,7 +137,12 @@ export function targetProblem(t: RevocationTarget): string | null {
   if (t.kind !== undefined && t.kind !== 'identity' && t.kind !== 'issued_before') return 'kind must be identity, jti or issued_before'
   if (typeof t.identity !== 'string') return 'identity must be a string'
   if (typeof t.tenant !== 'string') return 'tenant must be a string'
-  return (t.identity === ALL_IDENTITIES ? null : checkPrincipal('identity', t.identity)) ?? checkPrincipal('tenant', t.tenant)
+  const problem = (t.identity === ALL_IDENTITIES ? null : checkPrincipal('identity', t.identity)) ?? checkPrincipal('tenant', t.tenant)
+  if (problem !== null) return problem
+  // The slip jtiProblem catches, made in the other field: a token pasted as the identity or tenant.
+  if (looksLikeToken(t.identity) || looksLikeToken(t.tenant))
+    return 'identity or tenant is a whole token: name the caller, never paste the token'
+  return null
 }
 
 /** With the u flag a surrogate pair is one code point, so only an unpaired half matches. */
