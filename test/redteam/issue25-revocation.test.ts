@@ -204,4 +204,19 @@ describe('a token pasted where a jti belongs is refused, so it never lands in th
     expect(await h.gateway.revocations.list()).toEqual([])
     expect(JSON.stringify(await h.audit())).not.toContain(token.split('.')[2])
   })
+
+  test('a token pasted as the identity or tenant (POST and DELETE) is refused too, and its refusal is audited without it', async () => {
+    const token = await hs({ sub: 'd', exp: hour() })
+    await expect(h.gateway.revocations.revoke({ identity: token, tenant: 'acme', until: null })).rejects.toThrow(/whole token/)
+    const admin = h.gateway.adminUrl as string
+    const headers = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }
+    const posted = await fetch(`${admin}/revocations`, { method: 'POST', headers, body: JSON.stringify({ identity: 'd', tenant: token }) })
+    expect(posted.status).toBe(400)
+    await posted.arrayBuffer()
+    const deleted = await fetch(`${admin}/revocations?identity=${token}&tenant=acme`, { method: 'DELETE', headers })
+    expect(deleted.status).toBe(400)
+    await deleted.arrayBuffer()
+    expect(await h.gateway.revocations.list()).toEqual([])
+    expect(JSON.stringify(await h.audit())).not.toContain(token.split('.')[2])
+  })
 })
