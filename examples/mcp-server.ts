@@ -217,7 +217,8 @@ if (require.main === module) {
   }
   startExampleServer({
     ...parsed,
-    listen: (server, address) => bindOrExplain(server, address, '--host/--port', 'pass another --port (or stop what listens there)'),
+    listen: (server, address) =>
+      bindOrExplain(server, address, '--host/--port', 'pass another --port or --host (or stop what listens there)'),
   }).then(
     (s) => process.stderr.write(`example MCP server (${parsed.mode}) on ${s.url}/mcp (legacy SSE on ${s.url}/sse)\n`),
     (err) => {

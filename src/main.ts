@@ -3,6 +3,7 @@ import { Command } from 'commander'
 import { loadConfig } from './config/load'
 import { configWarnings } from './config/warnings'
 import { ConfigError, describeError } from './errors'
+import { escapeControls } from './escape'
 import { registerAdminCommands } from './cli/admin'
 import { registerAuditCommand } from './cli/audit'
 import { serve } from './cli/serve'
@@ -40,7 +41,8 @@ export function buildCli(): Command {
       } catch (err) {
         if (err instanceof ConfigError) {
           process.stderr.write(`${opts.config}: ${err.problems.length} problem${err.problems.length === 1 ? '' : 's'}\n`)
-          for (const p of err.problems) process.stderr.write(`  ${p}\n`)
+          // A problem quotes the key as written: a key holding escape sequences must not drive the terminal.
+          for (const p of err.problems) process.stderr.write(`  ${escapeControls(p)}\n`)
         } else {
           process.stderr.write(`${opts.config}: ${describeError(err)}\n`)
         }

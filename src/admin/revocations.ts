@@ -4,6 +4,7 @@ import {
   type RevocationList,
   type RevocationRequest,
   type RevocationTarget,
+  looksLikeToken,
   targetProblem,
 } from '../auth/revocations'
 import { type AdminAnswer, type AdminRequest, AdminStoreFailure, onTarget } from './server'
@@ -151,9 +152,15 @@ function refusal(status: number, message: string): AdminAnswer {
 
 /** The audit target: `identity=… tenant=…`, `jti=…`, with ` kind=issued_before` for that kind. */
 function describe(target: RevocationTarget): string {
-  if (target.kind === 'jti') return `jti=${targetValue(target.jti)}`
-  const pair = `identity=${targetValue(target.identity)} tenant=${targetValue(target.tenant)}`
+  // A token pasted as a jti is refused (jtiProblem); its refusal's audit target must not keep it either.
+  if (target.kind === 'jti') return looksLikeToken(target.jti) ? 'jti=(a token, not shown)' : `jti=${targetValue(target.jti)}`
+  const pair = `identity=${shownValue(target.identity)} tenant=${shownValue(target.tenant)}`
   return target.kind === 'issued_before' ? `${pair} kind=issued_before` : pair
+}
+
+/** targetValue, except that a whole token (refused as a target, but its refusal is audited too) is never written. */
+function shownValue(value: string): string {
+  return looksLikeToken(value) ? '(a token, not shown)' : targetValue(value)
 }
 
 /** A value of the audit target as it is, or JSON-quoted when it holds a space, `=`, `"` or `\\` (so `identity=x tenant=acme` names one caller only). */

@@ -137,7 +137,12 @@ export function targetProblem(t: RevocationTarget): string | null {
   if (t.kind !== undefined && t.kind !== 'identity' && t.kind !== 'issued_before') return 'kind must be identity, jti or issued_before'
   if (typeof t.identity !== 'string') return 'identity must be a string'
   if (typeof t.tenant !== 'string') return 'tenant must be a string'
-  return (t.identity === ALL_IDENTITIES ? null : checkPrincipal('identity', t.identity)) ?? checkPrincipal('tenant', t.tenant)
+  const problem = (t.identity === ALL_IDENTITIES ? null : checkPrincipal('identity', t.identity)) ?? checkPrincipal('tenant', t.tenant)
+  if (problem !== null) return problem
+  // The slip jtiProblem catches, made in the other field: a token pasted as the identity or tenant.
+  if (looksLikeToken(t.identity) || looksLikeToken(t.tenant))
+    return 'identity or tenant is a whole token: name the caller, never paste the token'
+  return null
 }
 
 /** With the u flag a surrogate pair is one code point, so only an unpaired half matches. */
@@ -156,7 +161,18 @@ export function jtiProblem(jti: unknown): string | null {
   if (hasControlCharacters(jti)) return 'jti contains control characters'
   if (jti.trim() !== jti) return 'jti has leading or trailing whitespace'
   if (LONE_SURROGATE.test(jti)) return 'jti is not well-formed Unicode'
+  if (looksLikeToken(jti))
+    return "jti is a whole token (three base64url segments, a JSON header first): give the token's jti claim, never the token"
   return null
+}
+
+/**
+ * A compact JWS/JWT (`eyJ` is base64url for `{"`, how every JOSE header starts): what an operator
+ * pastes by mistake instead of its `jti`. A short token fits in MAX_JTI_BYTES, and stored as a jti it
+ * would sit in the shared table, the list, and the admin audit target: a token must never be kept.
+ */
+export function looksLikeToken(value: string): boolean {
+  return /^eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(value)
 }
 
 /**
@@ -167,16 +183,22 @@ export function jtiProblem(jti: unknown): string | null {
 // eslint-disable-next-line no-control-regex
 const REASON_UNSAFE = /[\x00-\x1f\x7f-\x9f\u2028\u2029]/
 
+/** A compact JWS/JWT anywhere in a text (looksLikeToken's shape, unanchored). */
+const TOKEN_INSIDE = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/
+
 /**
  * Why a revocation's `reason` is unacceptable, or null: too long, or holding a character that breaks
- * its one line (named by code point and position, so the operator can find it). The admin API answers
- * it with 400; `wardline revoke --reason` checks it before calling the API.
+ * its one line (named by code point and position, so the operator can find it), or a token pasted into
+ * it. The admin API answers it with 400; `wardline revoke --reason` checks it before calling the API.
  */
 export function reasonProblem(reason: unknown): string | null {
   if (typeof reason !== 'string') return 'reason must be a string'
   if (reason.length > MAX_REASON_CHARS) return `reason is longer than ${MAX_REASON_CHARS} characters`
   const found = REASON_UNSAFE.exec(reason)
-  if (found === null) return null
+  if (found === null) {
+    // A note such as "leaked: eyJ…" would keep the token in the table, the list and the admin audit trail.
+    return TOKEN_INSIDE.test(reason) ? 'reason contains a token (eyJ….….…): name it by its jti, never paste the token' : null
+  }
   const code = found[0].charCodeAt(0)
   const name = `U+${code.toString(16).toUpperCase().padStart(4, '0')}`
   const what =

@@ -521,7 +521,7 @@ const DESCRIPTIONS: Readonly<Record<string, string>> = {
   'auth.jwt.identity_claim': 'Claim holding the identity.',
   'auth.jwt.tenant_claim': 'Claim holding the tenant.',
   'auth.jwt.require_tenant': 'true: a token without the tenant claim gets 401; false: it gets tenant default.',
-  'auth.jwt.clock_tolerance_seconds': 'Leeway for exp / nbf.',
+  'auth.jwt.clock_tolerance_seconds': 'Leeway for exp / nbf / a future iat.',
   'auth.jwt.jwks_timeout_seconds': 'Bound on one JWKS fetch.',
   'auth.jwt.jwks_cache_seconds': 'JWKS refresh interval.',
   'auth.jwt.jwks_cooldown_seconds': 'Least time between JWKS fetch attempts triggered by requests (unknown kid).',

@@ -80,7 +80,7 @@ describe('the example MCP server on its own', () => {
     const r = await run('mcp-server', ['--port', String(busy.port)])
     expect(r.code).toBe(1)
     expect(r.stderr.trim()).toBe(
-      `example MCP server failed to start: --host/--port 127.0.0.1:${busy.port} is already in use (another process listens there): pass another --port (or stop what listens there)`,
+      `example MCP server failed to start: --host/--port 127.0.0.1:${busy.port} is already in use (another process listens there): pass another --port or --host (or stop what listens there)`,
     )
   })
 
