@@ -172,22 +172,25 @@ alertTest(
   },
 )
 
-test('one failed health probe (a blip shorter than a minute) pages nobody; a minute of them fires WardlineUpstreamDown, which clears once it is back', async () => {
-  const m = replica(tempDir(), { ok: true })
-  const probe = m.upstreamProbeListener()
-  const result = (up: boolean) => ({
-    up,
-    status: up ? 406 : 0,
-    cause: up ? null : 'connection refused',
-    durationSeconds: 0.001,
-    at: Date.now(),
-  })
-  const blip = fired(await timeline(m, 15, (minute) => probe(result(minute !== 5))))
-  expect([...blip.keys()]).toEqual([])
-  const outage = fired(await timeline(m, 15, (minute) => probe(result(minute < 5 || minute >= 10))))
-  expect(outage.get('WardlineUpstreamDown')).toEqual([6, 7, 8, 9])
-  expect([...outage.keys()]).toEqual(['WardlineUpstreamDown'])
-})
+alertTest(
+  'one failed health probe (a blip shorter than a minute) pages nobody; a minute of them fires WardlineUpstreamDown, which clears once it is back',
+  async () => {
+    const m = replica(tempDir(), { ok: true })
+    const probe = m.upstreamProbeListener()
+    const result = (up: boolean) => ({
+      up,
+      status: up ? 406 : 0,
+      cause: up ? null : 'connection refused',
+      durationSeconds: 0.001,
+      at: Date.now(),
+    })
+    const blip = fired(await timeline(m, 15, (minute) => probe(result(minute !== 5))))
+    expect([...blip.keys()]).toEqual([])
+    const outage = fired(await timeline(m, 15, (minute) => probe(result(minute < 5 || minute >= 10))))
+    expect(outage.get('WardlineUpstreamDown')).toEqual([6, 7, 8, 9])
+    expect([...outage.keys()]).toEqual(['WardlineUpstreamDown'])
+  },
+)
 
 test('every counter alerts.yml takes increase() or rate() of is on /metrics at 0 before its first count, for every sink and kind', async () => {
   const dir = tempDir()
