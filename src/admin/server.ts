@@ -1,13 +1,12 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto'
 import { type IncomingMessage, type Server, type ServerOptions, type ServerResponse, createServer } from 'node:http'
 import { type Server as HttpsServer, createServer as createHttpsServer } from 'node:https'
-import type { AddressInfo } from 'node:net'
 import { type AuditEntry, isoTimestamp } from '../audit/entry'
 import type { AuditTrail } from '../audit/trail'
 import type { AdminConfig, Config } from '../config/types'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
-import { listenOrExplain } from '../server/listen'
+import { boundAddress, listenOrExplain } from '../server/listen'
 import { type TlsMaterial, logCertificate, reloadTls } from '../server/tls'
 import { hasControlCharacters } from '../pipeline/exchange'
 
@@ -145,8 +144,7 @@ export class AdminServer {
 
   /** host:port it listens on (the real port when admin.listen asked for 0). */
   address(): string {
-    const a = this.server.address() as AddressInfo
-    return `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`
+    return boundAddress(this.server)
   }
 
   get url(): string {

@@ -1,6 +1,5 @@
 import { type IncomingMessage, type Server, type ServerOptions, type ServerResponse, createServer } from 'node:http'
 import { type Server as HttpsServer, createServer as createHttpsServer } from 'node:https'
-import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AuditTrail } from '../audit/trail'
 import type { Config } from '../config/types'
@@ -8,7 +7,7 @@ import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
 import type { Gateway } from './gateway'
-import { listenOrExplain } from './listen'
+import { boundAddress, listenOrExplain } from './listen'
 import type { LocalRoutes } from './routes'
 import { type TlsMaterial, logCertificate, reloadTls } from './tls'
 
@@ -126,17 +125,16 @@ export class Lifecycle {
     // A busy port or a refused bind says which key (and which ${VAR}) to change.
     await listenOrExplain(this.server, this.config.listen, 'listen', this.config)
     this.current = 'serving'
-    const address = this.server.address() as AddressInfo
-    const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address
+    const listen = boundAddress(this.server)
     const tls = this.parts.tls ?? null
     if (tls !== null) logCertificate(this.parts.log, 'tls', tls)
     this.parts.log.info('wardline listening', {
-      listen: `${shown}:${address.port}`,
+      listen,
       upstream: this.config.upstream.url,
       auth: this.config.auth.mode,
       tls: tls === null ? 'off' : (this.config.tls?.caFile ?? null) !== null ? 'on, client certificates required' : 'on',
     })
-    return `${tls === null ? 'http' : 'https'}://${shown}:${address.port}`
+    return `${tls === null ? 'http' : 'https'}://${listen}`
   }
 
   /**

@@ -1,4 +1,4 @@
-import type { Server } from 'node:net'
+import type { AddressInfo, Server } from 'node:net'
 import { whereToChange } from '../config/origin'
 import { WardlineError } from '../errors'
 
@@ -54,4 +54,13 @@ export async function bindOrExplain(
       resolve()
     })
   })
+}
+
+/**
+ * `host:port` a listening server is bound to (the real port when it asked for 0), IPv6 in brackets: what
+ * every listener's startup line and URL show.
+ */
+export function boundAddress(server: Server): string {
+  const a = server.address() as AddressInfo
+  return `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`
 }

@@ -1,9 +1,8 @@
 import { type Server, createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import type { Config, MetricsConfig } from '../config/types'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
-import { listenOrExplain } from './listen'
+import { boundAddress, listenOrExplain } from './listen'
 import type { LocalRoutes } from './routes'
 
 const NOT_FOUND = JSON.stringify({ error: 'not found: this listener serves /metrics, /healthz and /readyz' })
@@ -34,8 +33,7 @@ export class MetricsListener {
 
   /** host:port it listens on (the real port when metrics.listen asked for 0). */
   address(): string {
-    const a = this.server.address() as AddressInfo
-    return `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`
+    return boundAddress(this.server)
   }
 
   get url(): string {
