@@ -74,35 +74,23 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
     )
   }
   const metricsHere = deps.metricsElsewhere !== true
-  const routes: LocalRoutes = {
-    handleMonitoring(req, res) {
-      const url = req.url ?? '/'
-      const path = url.split('?', 1)[0]
-      if (path === '/metrics') serveMetrics(res)
-      else if (path === '/healthz' || path === '/readyz') routes.handle(req, res)
-      else return false
-      return true
-    },
+  /** /healthz, /readyz and, where this listener serves it, /metrics; false for any other path. */
+  const monitoring = (path: string, res: ServerResponse, withMetrics: boolean): boolean => {
+    if (path === '/healthz') json(res, 200, { status: 'ok' })
+    else if (path === '/readyz') void ready(deps, checks, res)
+    else if (path === '/metrics' && withMetrics) serveMetrics(res)
+    else return false
+    return true
+  }
+  return {
+    handleMonitoring: (req, res) => monitoring(pathOf(req), res, true),
     handle(req, res) {
-      const url = req.url ?? '/'
-      const q = url.indexOf('?')
-      const path = q < 0 ? url : url.slice(0, q)
-      if (path === '/healthz') {
-        json(res, 200, { status: 'ok' })
-        return true
-      }
-      if (path === '/readyz') {
-        void ready(deps, checks, res)
-        return true
-      }
+      const path = pathOf(req)
+      if (monitoring(path, res, metricsHere)) return true
       if (path === '/metrics') {
-        if (metricsHere) serveMetrics(res)
-        else {
-          // Answered, not proxied: the path is the gateway's, and a scraper left on the old address
-          // gets a plain 404 rather than whatever the upstream makes of it.
-          res.writeHead(404, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': NOT_FOUND_BODY.length })
-          res.end(NOT_FOUND_BODY)
-        }
+        // metrics.listen serves it. Answered, not proxied: the path is the gateway's, and a scraper left
+        // on the old address gets a plain 404 rather than whatever the upstream makes of it.
+        notFound(req, res)
         return true
       }
       if (metadataBody !== null && (path === PROTECTED_RESOURCE || path.startsWith(`${PROTECTED_RESOURCE}/`))) {
@@ -116,18 +104,29 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
       // 8414 §3 intend; answering 401 and auditing `unauthorized` made every start read as six failed
       // logins. Not audited, as /healthz: a public, constant answer about no caller and no upstream.
       if ((req.method === 'GET' || req.method === 'HEAD') && path.includes('/.well-known/') && DISCOVERY_PATH.test(path)) {
-        res.writeHead(404, {
-          'content-type': 'application/json',
-          'cache-control': 'no-store',
-          'content-length': Buffer.byteLength(NOT_FOUND_BODY),
-        })
-        res.end(req.method === 'HEAD' ? undefined : NOT_FOUND_BODY)
+        notFound(req, res)
         return true
       }
       return false
     },
   }
-  return routes
+}
+
+/** The request's path, without its query. */
+function pathOf(req: IncomingMessage): string {
+  const url = req.url ?? '/'
+  const q = url.indexOf('?')
+  return q < 0 ? url : url.slice(0, q)
+}
+
+/** The gateway's own 404 (a path it answers itself and never proxies): a JSON-RPC error, not cached. */
+function notFound(req: IncomingMessage, res: ServerResponse): void {
+  res.writeHead(404, {
+    'content-type': 'application/json',
+    'cache-control': 'no-store',
+    'content-length': Buffer.byteLength(NOT_FOUND_BODY),
+  })
+  res.end(req.method === 'HEAD' ? undefined : NOT_FOUND_BODY)
 }
 
 /** Longest a /readyz answer's checks may be out of date. */
