@@ -3,35 +3,14 @@ import { dirname } from 'node:path'
 import { MAX_LABELLED_NAMES, Metrics, labelValue, labelledNames } from '../../src/metrics'
 import type { AuditEntry } from '../../src/audit/entry'
 import { startRawUpstream } from '../e2e/raw-upstream'
-import { type Harness, MCP_HEADERS, as, configFrom, startHarness, toolCall } from '../helpers/harness'
-
-/** One sample of a /metrics text: its labels and value. */
-interface Sample {
-  readonly labels: Record<string, string>
-  readonly value: number
-}
-
-/** Every sample of `name` (exactly that name) in a Prometheus text, labels unescaped. */
-function samples(text: string, name: string): Sample[] {
-  const out: Sample[] = []
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
-    const labels: Record<string, string> = {}
-    const close = line.lastIndexOf('} ')
-    const body = close < 0 ? '' : line.slice(name.length + 1, close)
-    for (const m of body.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
-      labels[m[1]] = m[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c))
-    out.push({ labels, value: Number(line.slice(line.lastIndexOf(' ') + 1)) })
-  }
-  return out
-}
+import { type Harness, MCP_HEADERS, type MetricSampleLine, as, configFrom, metricSamples, startHarness, toolCall } from '../helpers/harness'
 
 async function scrape(h: Harness): Promise<string> {
   return (await fetch(`${h.url}/metrics`)).text()
 }
 
 /** Sum of the samples whose labels include `match`. */
-function total(list: Sample[], match: Record<string, string> = {}): number {
+function total(list: MetricSampleLine[], match: Record<string, string> = {}): number {
   return list.filter((s) => Object.entries(match).every(([k, v]) => s.labels[k] === v)).reduce((sum, s) => sum + s.value, 0)
 }
 
@@ -112,8 +91,8 @@ describe('refusals by tenant and tool against an attacker choosing names', () =>
 
     const audit = await h.audit()
     const text = await scrape(h)
-    const byTool = samples(text, 'wardline_refusals_by_tool_total')
-    const byTenant = samples(text, 'wardline_refusals_by_tenant_total')
+    const byTool = metricSamples(text, 'wardline_refusals_by_tool_total')
+    const byTenant = metricSamples(text, 'wardline_refusals_by_tenant_total')
 
     // Bounded: only configured names (echo, search, danger; wild* is a glob), other and none.
     expect(new Set(byTool.map((s) => s.labels.tool))).toEqual(new Set(['other', 'search', 'danger', 'none']))
@@ -128,7 +107,7 @@ describe('refusals by tenant and tool against an attacker choosing names', () =>
       const inAudit = entries(audit, (e) => e.decision === decision)
       expect(total(byTool, { decision })).toBe(inAudit)
       expect(total(byTenant, { decision })).toBe(inAudit)
-      expect(samples(text, 'wardline_audit_entries_total').find((s) => s.labels.decision === decision)?.value).toBe(inAudit)
+      expect(metricSamples(text, 'wardline_audit_entries_total').find((s) => s.labels.decision === decision)?.value).toBe(inAudit)
     }
     expect(total(byTenant, { tenant: 'configured:other' })).toBe(entries(refused, (e) => e.tenant === 'other'))
     expect(total(byTenant, { tenant: 'acme' })).toBe(entries(refused, (e) => e.tenant === 'acme'))
@@ -148,7 +127,7 @@ describe('refusals by tenant and tool against an attacker choosing names', () =>
       ...h.tree,
       budget: { ...CONFIG.budget, tools: Object.fromEntries(tools.map((t) => [t, { requests_per_window: 100000 }])) },
     })
-    const before = total(samples(await scrape(h), 'wardline_refusals_by_tool_total'), { tool: 'search' })
+    const before = total(metricSamples(await scrape(h), 'wardline_refusals_by_tool_total'), { tool: 'search' })
     expect(before).toBeGreaterThan(0)
     for (let round = 0; round < 40; round++) {
       const names = Array.from({ length: 20 }, () => `r-${randomBytes(6).toString('hex')}`)
@@ -157,10 +136,10 @@ describe('refusals by tenant and tool against an attacker choosing names', () =>
       await Promise.all(names.map((n) => call(h, 'b', 'acme', n)))
     }
     const text = await scrape(h)
-    const tools = new Set(samples(text, 'wardline_refusals_by_tool_total').map((s) => s.labels.tool))
+    const tools = new Set(metricSamples(text, 'wardline_refusals_by_tool_total').map((s) => s.labels.tool))
     // The last round's 20 names, search (a policy rule names it), danger, other, none: no earlier round's.
     expect(tools.size).toBeLessThanOrEqual(20 + 4)
-    expect(total(samples(text, 'wardline_refusals_by_tool_total'), { tool: 'search' })).toBe(before)
+    expect(total(metricSamples(text, 'wardline_refusals_by_tool_total'), { tool: 'search' })).toBe(before)
   })
 })
 
@@ -193,14 +172,14 @@ describe('10 000 random tool names in ten batches to a dead MCP server', () => {
     const audit = await h.audit()
     expect(audit.filter((e) => e.decision === 'error').length).toBe(10_000)
     const text = await scrape(h)
-    const byTool = samples(text, 'wardline_refusals_by_tool_total')
+    const byTool = metricSamples(text, 'wardline_refusals_by_tool_total')
     expect(byTool.map((s) => [s.labels.tool, s.labels.decision, s.value])).toEqual([
       ['other', 'error', 9990],
       ['search', 'error', 10],
     ])
-    const byTenant = samples(text, 'wardline_refusals_by_tenant_total')
+    const byTenant = metricSamples(text, 'wardline_refusals_by_tenant_total')
     expect(byTenant.map((s) => [s.labels.tenant, s.labels.decision, s.value])).toEqual([['other', 'error', 10_000]])
-    expect(samples(text, 'wardline_upstream_errors_total').find((s) => s.labels.kind === 'unreachable')?.value).toBe(10)
+    expect(metricSamples(text, 'wardline_upstream_errors_total').find((s) => s.labels.kind === 'unreachable')?.value).toBe(10)
     expect(text.length).toBeLessThan(20_000)
   })
 })
@@ -249,13 +228,13 @@ describe('labelledNames and labelValue', () => {
     m.nameLabels({ tenants: ['b', 'd'], tools: [] })
     m.countEntry('throttled', 'b', 't')
     m.countEntry('deny', 'a', '') // no longer configured: other
-    const byTenant = samples(await m.registry.metrics(), 'wardline_refusals_by_tenant_total')
+    const byTenant = metricSamples(await m.registry.metrics(), 'wardline_refusals_by_tenant_total')
     expect(byTenant.map((s) => [s.labels.tenant, s.labels.decision, s.value])).toEqual([
       ['other', 'deny', 2],
       ['b', 'deny', 1],
       ['b', 'throttled', 1],
     ])
-    const byTool = samples(await m.registry.metrics(), 'wardline_refusals_by_tool_total')
+    const byTool = metricSamples(await m.registry.metrics(), 'wardline_refusals_by_tool_total')
     expect(byTool.map((s) => [s.labels.tool, s.labels.decision, s.value])).toEqual([
       ['none', 'deny', 1],
       ['other', 'deny', 3],

@@ -11,32 +11,14 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { z } from 'zod'
 import { MAX_LABELLED_NAMES } from '../../src/metrics'
 import { type RawUpstream, startRawUpstream } from './raw-upstream'
-import { type Harness, MCP_HEADERS, as, rpc, startHarness, toolCall } from '../helpers/harness'
+import { type Harness, MCP_HEADERS, as, metricSamples, rpc, startHarness, toolCall } from '../helpers/harness'
 import { type SdkUpstream, startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
-
-interface Sample {
-  readonly labels: Record<string, string>
-  readonly value: number
-}
-
-/** Every sample of `name` (exactly that name) in a Prometheus text. */
-function samples(text: string, name: string): Sample[] {
-  const out: Sample[] = []
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
-    const labels: Record<string, string> = {}
-    const close = line.lastIndexOf('} ')
-    for (const m of (close < 0 ? '' : line.slice(name.length + 1, close)).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]] = m[2]
-    out.push({ labels, value: Number(line.slice(line.lastIndexOf(' ') + 1)) })
-  }
-  return out
-}
 
 /** The sum of the samples of `name` whose labels include `match` (0 when there are none). */
 async function value(h: Harness, name: string, match: Record<string, string>): Promise<number> {
   const text = await (await fetch(`${h.url}/metrics`)).text()
-  return samples(text, name)
+  return metricSamples(text, name)
     .filter((s) => Object.entries(match).every(([k, v]) => s.labels[k] === v))
     .reduce((sum, s) => sum + s.value, 0)
 }
@@ -202,8 +184,8 @@ describe('calls by tool through a real gateway to an SDK server answering in SSE
 
     const text = await (await fetch(`${h.url}/metrics`)).text()
     const allowed = new Set([...CONFIGURED, 'other', 'none'])
-    const calls = samples(text, CALLS)
-    const buckets = samples(text, `${DURATION}_bucket`)
+    const calls = metricSamples(text, CALLS)
+    const buckets = metricSamples(text, `${DURATION}_bucket`)
     for (const s of [...calls, ...buckets]) expect(allowed).toContain(s.labels.tool)
     expect(calls.reduce((n, s) => n + (s.labels.tool === 'other' ? s.value : 0), 0)).toBe(otherBefore + 1200)
     expect(calls.find((s) => s.labels.tool === 'other' && s.labels.outcome === 'http_error')?.value).toBe(1000)

@@ -111,6 +111,27 @@ export function toolCall(name: string, args: Record<string, unknown> = {}, id: n
   return rpc('tools/call', { name, arguments: args }, id)
 }
 
+/** One sample of a /metrics text: its labels (unescaped) and value. */
+export interface MetricSampleLine {
+  readonly labels: Record<string, string>
+  readonly value: number
+}
+
+/** Every sample of `name` (exactly that name, any labels) in a Prometheus text, labels unescaped. */
+export function metricSamples(text: string, name: string): MetricSampleLine[] {
+  const out: MetricSampleLine[] = []
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
+    const labels: Record<string, string> = {}
+    const close = line.lastIndexOf('} ')
+    const body = close < 0 ? '' : line.slice(name.length + 1, close)
+    for (const m of body.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
+      labels[m[1]] = m[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c))
+    out.push({ labels, value: Number(line.slice(line.lastIndexOf(' ') + 1)) })
+  }
+  return out
+}
+
 /**
  * The value of one sample in a gateway's /metrics text, 0 when absent. `series` is the sample as the
  * text names it: `wardline_concurrency_refused_total`, or with its labels,
