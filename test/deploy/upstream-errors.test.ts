@@ -1,34 +1,11 @@
 import { type AddressInfo, type Server, type Socket, createServer } from 'node:net'
-import { PassThrough } from 'node:stream'
-import winston from 'winston'
 import { WardlineError } from '../../src/errors'
-import type { Logger } from '../../src/log'
 import { startGateway, type RunningGateway } from '../../src/server/compose'
 import { upstreamErrorKind, upstreamFailureReporter } from '../../src/upstream/failures'
 import { type RawUpstream, startRawUpstream } from '../e2e/raw-upstream'
 import { MCP_HEADERS, as, configFrom, metricSample, readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { join } from 'node:path'
-
-/** A winston logger whose JSON lines the test reads (the gateway's own format: one object per line). */
-function capturingLogger(): { log: Logger; lines: () => Array<Record<string, unknown>> } {
-  const stream = new PassThrough()
-  const text: string[] = []
-  stream.on('data', (chunk: Buffer) => text.push(chunk.toString('utf8')))
-  const log = winston.createLogger({
-    level: 'debug',
-    format: winston.format.combine(winston.format.timestamp(), winston.format.json()),
-    transports: [new winston.transports.Stream({ stream })],
-  })
-  return {
-    log,
-    lines: () =>
-      text
-        .join('')
-        .split('\n')
-        .filter((l) => l.length > 0)
-        .map((l) => JSON.parse(l) as Record<string, unknown>),
-  }
-}
+import { capturingLogger } from '../budget/budget-harness'
 
 interface Started {
   readonly gateway: RunningGateway
@@ -39,9 +16,9 @@ interface Started {
 async function gatewayFor(upstream: string, extra: Record<string, unknown> = {}): Promise<Started> {
   const dir = tempDir()
   const auditFile = join(dir, 'audit.jsonl')
-  const { log, lines } = capturingLogger()
+  const { log, lines: logged } = capturingLogger()
   const config = configFrom({ listen: '127.0.0.1:0', upstream, auth: { mode: 'header' }, audit: { output: auditFile }, ...extra }, {}, dir)
-  return { gateway: await startGateway(config, { log }), auditFile, lines }
+  return { gateway: await startGateway(config, { log }), auditFile, lines: () => logged }
 }
 
 async function call(url: string, tool = 'echo'): Promise<number> {
@@ -179,7 +156,8 @@ describe('wardline_upstream_errors_total{kind} against real failing upstreams', 
 
 describe('the rate-limited upstream warning', () => {
   test('one line per kind a minute, and the next says how many were held back', () => {
-    const { log, lines } = capturingLogger()
+    const { log, lines: logged } = capturingLogger()
+    const lines = (): typeof logged => logged
     let now = 1_000_000
     const counted: string[] = []
     const report = upstreamFailureReporter(

@@ -6,34 +6,14 @@
 import { type IncomingMessage, type Server, createServer } from 'node:http'
 import { type AddressInfo, type Socket, createServer as createTcpServer, type Server as TcpServer } from 'node:net'
 import { join } from 'node:path'
-import { PassThrough } from 'node:stream'
 import { getEventListeners } from 'node:events'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
-import winston from 'winston'
-import type { Logger } from '../../src/log'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { probeOnce } from '../../src/upstream/probe'
 import { configFrom, metricSample, tempDir } from '../helpers/harness'
 import { type SdkUpstream, startSdkUpstream } from '../helpers/sdk-upstream'
 import { waitFor } from '../helpers/wait'
-
-function capturingLogger(): { log: Logger; lines: () => Array<Record<string, unknown>> } {
-  const stream = new PassThrough()
-  const text: string[] = []
-  stream.on('data', (chunk: Buffer) => text.push(chunk.toString('utf8')))
-  const log = winston.createLogger({
-    level: 'debug',
-    format: winston.format.json(),
-    transports: [new winston.transports.Stream({ stream })],
-  })
-  const lines = (): Array<Record<string, unknown>> =>
-    text
-      .join('')
-      .split('\n')
-      .filter((l) => l.length > 0)
-      .map((l) => JSON.parse(l) as Record<string, unknown>)
-  return { log, lines }
-}
+import { capturingLogger } from '../budget/budget-harness'
 
 interface Rig {
   readonly gateway: RunningGateway
@@ -52,7 +32,7 @@ async function gatewayFor(
   extra: Record<string, unknown> = {},
 ): Promise<Rig> {
   const dir = tempDir()
-  const { log, lines } = capturingLogger()
+  const { log, lines: logged } = capturingLogger()
   const tree = {
     listen: '127.0.0.1:0',
     upstream,
@@ -65,7 +45,7 @@ async function gatewayFor(
   opened.push(() => gateway.shutdown())
   return {
     gateway,
-    lines,
+    lines: () => logged,
     readyz: async () => {
       const res = await fetch(`${gateway.url}/readyz`)
       return { status: res.status, body: (await res.json()) as Awaited<ReturnType<Rig['readyz']>>['body'] }
