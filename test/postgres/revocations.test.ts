@@ -5,17 +5,15 @@
  * product's promise (1 s) plus a small tolerance, checked by polling the outcome.
  */
 import { join } from 'node:path'
-import type { Pool } from 'pg'
-import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { PostgresRevocationList } from '../../src/auth/revocations-postgres'
 import { silentLogger } from '../../src/log'
-import { migrate } from '../../src/postgres/migrate'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { SECRET, hour, hs } from '../auth/forge'
 import { capturingLogger } from '../budget/budget-harness'
 import { MCP_HEADERS, configFrom, metricSample, readJsonl, tempDir, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
+import { testPool } from '../helpers/postgres'
+import { revocationDatabase } from '../helpers/revocation-database'
 import { waitFor } from '../helpers/wait'
 
 /** The promise (docs/operations.md): a revocation reaches every replica within 1 s. */
@@ -23,35 +21,14 @@ const PROMISE_MS = 1000
 /** Room for a loaded test machine (a refresh every 250 ms leaves 750 ms of the promise unused already). */
 const TOLERANCE_MS = 250
 
-let db: TestDatabase
-let pool: Pool
-let upstream: ExampleServer
-const cleanups: Array<() => Promise<unknown>> = []
-
-beforeAll(async () => {
-  db = await freshDatabase()
-  pool = testPool(db.url, 4)
-  await migrate(pool, silentLogger())
-  upstream = await startExampleServer({ mode: 'stateless-json' })
-})
-afterAll(async () => {
-  await upstream.close()
-  await pool.end()
-  await db.drop()
-})
-beforeEach(async () => {
-  await pool.query('TRUNCATE wardline_revocations')
-})
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined)
-})
+const fx = revocationDatabase(4)
 
 /** One replica's list on its own pool, started (first load done, refreshing every 250 ms). */
 async function replicaList(options: { url?: string; cleanupIntervalMs?: number; start?: boolean } = {}): Promise<PostgresRevocationList> {
-  const listPool = testPool(options.url ?? db.url, 2)
+  const listPool = testPool(options.url ?? fx.db.url, 2)
   const list = new PostgresRevocationList(listPool, { log: silentLogger(), cleanupIntervalMs: options.cleanupIntervalMs })
-  cleanups.push(() => listPool.end())
-  cleanups.push(() => list.close())
+  fx.cleanups.push(() => listPool.end())
+  fx.cleanups.push(() => list.close())
   if (options.start !== false) await list.start()
   return list
 }
@@ -64,13 +41,13 @@ interface Replica {
 }
 
 /** A whole gateway with Postgres storage (jwt auth, budgets off: only revocation is under test). */
-async function startReplica(dsn = db.url): Promise<Replica> {
+async function startReplica(dsn = fx.db.url): Promise<Replica> {
   const dir = tempDir()
   const auditFile = join(dir, 'audit.jsonl')
   const config = configFrom(
     {
       listen: '127.0.0.1:0',
-      upstream: upstream.url,
+      upstream: fx.upstream.url,
       auth: { mode: 'jwt', jwt: { secret: SECRET, issuer: 'https://idp.example', audience: 'wardline' } },
       audit: { output: auditFile, spill_file: join(dir, 'spill.jsonl') },
       features: { budget_enforcement: false, postgres_storage: true },
@@ -81,7 +58,7 @@ async function startReplica(dsn = db.url): Promise<Replica> {
   )
   const { log, lines } = capturingLogger()
   const gateway = await startGateway(config, { log })
-  cleanups.push(() => gateway.shutdown())
+  fx.cleanups.push(() => gateway.shutdown())
   return { gateway, url: gateway.url, auditFile, logs: lines }
 }
 
@@ -154,7 +131,7 @@ describe('two lists on one database', () => {
     // A heavy list (20 rows with a 1 MB reason each, written by hand) makes every reload take a while,
     // and another replica writing all the time makes A reload at every refresh: many of A's own writes
     // then land while a reload whose snapshot predates them is still arriving.
-    await pool.query(
+    await fx.pool.query(
       `INSERT INTO wardline_revocations (tenant, identity, reason) SELECT 'bulk', 'user-' || i, repeat('x', 1000000) FROM generate_series(1, 20) AS i`,
     )
     const a = await replicaList()
@@ -190,12 +167,12 @@ describe('two lists on one database', () => {
       [...odd].sort((x, y) => (x < y ? -1 : 1)).map((identity) => [identity, "it's \\ fine"]),
     )
     await expect(a.revoke({ identity: 'nul\0byte', tenant: 'acme', until: null })).rejects.toThrow('identity contains control characters')
-    expect((await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM wardline_revocations')).rows[0].n).toBe(odd.length)
+    expect((await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM wardline_revocations')).rows[0].n).toBe(odd.length)
   })
 
   test('an until already passed never applies; one that passes stops applying at once; expired rows are deleted', async () => {
     const b = await replicaList({ cleanupIntervalMs: 100 })
-    await pool.query(`INSERT INTO wardline_revocations (tenant, identity, until) VALUES
+    await fx.pool.query(`INSERT INTO wardline_revocations (tenant, identity, until) VALUES
       ('acme', 'past', clock_timestamp() - interval '1 second'),
       ('acme', 'soon', clock_timestamp() + interval '1.5 seconds'),
       ('acme', 'forever', NULL),
@@ -205,7 +182,7 @@ describe('two lists on one database', () => {
     expect(b.isRevoked({ tenant: 'acme', identity: 'inf' }, Date.now())).toBe(true)
     await waitFor(() => !b.isRevoked({ tenant: 'acme', identity: 'soon' }, Date.now()), { what: '"soon" to end' })
     expect(b.isRevoked({ tenant: 'acme', identity: 'forever' }, Date.now())).toBe(true)
-    await waitFor(async () => (await pool.query('SELECT identity FROM wardline_revocations ORDER BY 1')).rows.length === 2, {
+    await waitFor(async () => (await fx.pool.query('SELECT identity FROM wardline_revocations ORDER BY 1')).rows.length === 2, {
       what: 'the expired rows to be deleted',
       intervalMs: 50,
     })
@@ -218,7 +195,7 @@ describe('two lists on one database', () => {
   test('thousands of revocations: one reload when they change, one tiny row a refresh when they do not (measured)', async () => {
     const b = await replicaList()
     const inserting = performance.now()
-    await pool.query(`INSERT INTO wardline_revocations (tenant, identity, reason)
+    await fx.pool.query(`INSERT INTO wardline_revocations (tenant, identity, reason)
       SELECT 'tenant-' || (i % 50), 'user-' || i, 'bulk' FROM generate_series(1, 10000) AS i`)
     const insertMs = performance.now() - inserting
     const t0 = performance.now()
@@ -226,9 +203,9 @@ describe('two lists on one database', () => {
     expect(b.isRevoked({ tenant: 'tenant-7', identity: 'user-7' }, Date.now())).toBe(true)
     expect(b.isRevoked({ tenant: 'tenant-7', identity: 'user-8' }, Date.now())).toBe(false)
     // Idle: count B's round trips through a proxy for a second.
-    const proxy = await PostgresProxy.start(db.url)
-    cleanups.push(() => proxy.close())
-    const watched = await replicaList({ url: proxy.urlFor(db.url) })
+    const proxy = await PostgresProxy.start(fx.db.url)
+    fx.cleanups.push(() => proxy.close())
+    const watched = await replicaList({ url: proxy.urlFor(fx.db.url) })
     expect(watched.size).toBe(10_000)
     proxy.roundTrips = 0
     const idleFrom = performance.now()
@@ -292,9 +269,9 @@ describe('gateways sharing one database', () => {
   })
 
   test('database outage: the last list is kept and judged on, /readyz says stale, a metric counts; it catches up after', async () => {
-    const proxy = await PostgresProxy.start(db.url)
-    cleanups.push(() => proxy.close())
-    const a = await startReplica(proxy.urlFor(db.url))
+    const proxy = await PostgresProxy.start(fx.db.url)
+    fx.cleanups.push(() => proxy.close())
+    const a = await startReplica(proxy.urlFor(fx.db.url))
     await a.gateway.revocations.revoke({ identity: 'alice', tenant: 'acme', until: null })
     expect(await readyz(a)).toMatchObject({ revocations: 'ok' })
     proxy.refuse()
@@ -314,7 +291,7 @@ describe('gateways sharing one database', () => {
     expect(await status(a, await bearer('alice'))).toBe(401)
     expect(await status(a, await bearer('bob'))).toBe(200)
     // A revocation made elsewhere during the outage (straight into the table) reaches A once it is back.
-    await pool.query(`INSERT INTO wardline_revocations (tenant, identity) VALUES ('acme', 'bob')`)
+    await fx.pool.query(`INSERT INTO wardline_revocations (tenant, identity) VALUES ('acme', 'bob')`)
     expect(await status(a, await bearer('bob'))).toBe(200)
     const warnings = a.logs.filter((l) => String(l.message).startsWith('revocation list refresh failed'))
     expect(warnings).toHaveLength(1) // rate-limited: one line, not four a second
@@ -325,11 +302,11 @@ describe('gateways sharing one database', () => {
   })
 
   test('started during an outage: the list is empty and stale, then loads once the database answers', async () => {
-    await pool.query(`INSERT INTO wardline_revocations (tenant, identity) VALUES ('acme', 'alice')`)
-    const proxy = await PostgresProxy.start(db.url)
-    cleanups.push(() => proxy.close())
+    await fx.pool.query(`INSERT INTO wardline_revocations (tenant, identity) VALUES ('acme', 'alice')`)
+    const proxy = await PostgresProxy.start(fx.db.url)
+    fx.cleanups.push(() => proxy.close())
     proxy.refuse()
-    const a = await startReplica(proxy.urlFor(db.url))
+    const a = await startReplica(proxy.urlFor(fx.db.url))
     expect(await readyz(a)).toMatchObject({ revocations: 'stale', revocations_active: 0 })
     expect(await status(a, await bearer('alice'))).toBe(200) // documented: nothing is known yet
     proxy.allow()

@@ -8,8 +8,6 @@ import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
-import type { Pool } from 'pg'
-import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { PostgresRevocationList } from '../../src/auth/revocations-postgres'
 import { mintToken } from '../../src/cli/token'
 import { loadConfig } from '../../src/config/load'
@@ -21,35 +19,15 @@ import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { SECRET } from '../auth/forge'
 import { ROOT, cliMain, freePort } from '../helpers/cli'
 import { MCP_HEADERS, readJsonl, tempDir, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
+import { freshDatabase, testPool } from '../helpers/postgres'
+import { revocationDatabase } from '../helpers/revocation-database'
 import { waitFor } from '../helpers/wait'
 
 /** The promise (docs/operations.md): a revocation reaches every replica within 1 s; plus room for a loaded machine. */
 const BOUND_MS = 1250
 const ADMIN_TOKEN = 'token-revocations-admin-0123456789abcdef'
 
-let db: TestDatabase
-let pool: Pool
-let upstream: ExampleServer
-const cleanups: Array<() => Promise<unknown>> = []
-
-beforeAll(async () => {
-  db = await freshDatabase()
-  pool = testPool(db.url, 4)
-  await migrate(pool, silentLogger())
-  upstream = await startExampleServer({ mode: 'stateless-json' })
-})
-afterAll(async () => {
-  await upstream.close()
-  await pool.end()
-  await db.drop()
-})
-beforeEach(async () => {
-  await pool.query('TRUNCATE wardline_revocations, wardline_token_revocations, wardline_issued_before_revocations')
-})
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined)
-})
+const fx = revocationDatabase(4)
 
 interface Replica {
   readonly gateway: RunningGateway
@@ -67,16 +45,16 @@ async function startReplica(): Promise<Replica> {
     configFile,
     yaml.dump({
       listen: '127.0.0.1:0',
-      upstream: upstream.url,
+      upstream: fx.upstream.url,
       auth: { mode: 'jwt', jwt: { secret: SECRET, issuer: 'https://idp.example', audience: 'wardline' } },
       audit: { output: auditFile, spill_file: join(dir, 'spill.jsonl') },
       features: { budget_enforcement: false, postgres_storage: true },
-      postgres: { dsn: db.url, max_connections: 4 },
+      postgres: { dsn: fx.db.url, max_connections: 4 },
       admin: { listen: `127.0.0.1:${await freePort()}`, token: ADMIN_TOKEN },
     }),
   )
   const gateway = await startGateway(loadConfig(configFile, {}), { log: silentLogger() })
-  cleanups.push(() => gateway.shutdown())
+  fx.cleanups.push(() => gateway.shutdown())
   return { gateway, url: gateway.url, configFile, auditFile }
 }
 
@@ -181,10 +159,10 @@ describe('gateways sharing one database', () => {
 
 describe('two lists on one database', () => {
   async function replicaList(): Promise<PostgresRevocationList> {
-    const listPool = testPool(db.url, 2)
+    const listPool = testPool(fx.db.url, 2)
     const list = new PostgresRevocationList(listPool, { log: silentLogger(), cleanupIntervalMs: 100 })
-    cleanups.push(() => listPool.end())
-    cleanups.push(() => list.close())
+    fx.cleanups.push(() => listPool.end())
+    fx.cleanups.push(() => list.close())
     await list.start()
     return list
   }
@@ -219,20 +197,20 @@ describe('two lists on one database', () => {
 
   test('rows written by hand in the new tables reach the lists; expired ones are deleted; a TRUNCATE reaches them too', async () => {
     const b = await replicaList()
-    await pool.query(
+    await fx.pool.query(
       `INSERT INTO wardline_token_revocations (jti, until) VALUES ('gone', clock_timestamp() - interval '1 second'), ('soon', clock_timestamp() + interval '1 second')`,
     )
-    await pool.query(
+    await fx.pool.query(
       `INSERT INTO wardline_issued_before_revocations (tenant, identity, issued_before) VALUES ('acme', 'fred', clock_timestamp())`,
     )
     await waitFor(() => b.isRevoked(token('x', 'soon', null), Date.now()), { what: 'B to load the rows' })
     expect(b.isRevoked(token('x', 'gone', null), Date.now())).toBe(false)
     expect(b.isRevoked(token('fred', 'k', Date.now() - 10_000), Date.now())).toBe(true)
-    await waitFor(async () => (await pool.query('SELECT jti FROM wardline_token_revocations')).rows.length === 0, {
+    await waitFor(async () => (await fx.pool.query('SELECT jti FROM wardline_token_revocations')).rows.length === 0, {
       what: 'the expired jti rows to be deleted',
       intervalMs: 50,
     })
-    await pool.query('TRUNCATE wardline_issued_before_revocations')
+    await fx.pool.query('TRUNCATE wardline_issued_before_revocations')
     await waitFor(() => b.size === 0, { what: 'B to see the truncate' })
   })
 })
@@ -241,8 +219,8 @@ describe('migration 8 on an existing schema', () => {
   test('a database at version 7 with identity revocations keeps them, gains the new tables, and a list reads all kinds', async () => {
     const old = await freshDatabase()
     const oldPool = testPool(old.url, 2)
-    cleanups.push(() => old.drop())
-    cleanups.push(() => oldPool.end())
+    fx.cleanups.push(() => old.drop())
+    fx.cleanups.push(() => oldPool.end())
     expect((await migrate(oldPool, silentLogger(), MIGRATIONS.slice(0, 7))).version).toBe(7)
     await oldPool.query(`INSERT INTO wardline_revocations (tenant, identity, reason) VALUES ('acme', 'alice', 'kept'), ('acme', '*', NULL)`)
     const versionBefore = (await oldPool.query<{ v: string }>('SELECT version::text AS v FROM wardline_revocations_version')).rows[0].v
@@ -254,7 +232,7 @@ describe('migration 8 on an existing schema', () => {
       { tenant: 'acme', identity: 'alice', reason: 'kept' },
     ])
     const list = new PostgresRevocationList(oldPool, { log: silentLogger() })
-    cleanups.push(() => list.close())
+    fx.cleanups.push(() => list.close())
     await list.start()
     expect((await list.list()).map((r) => [r.kind, r.kind === 'jti' ? r.jti : r.identity])).toEqual([
       ['identity', '*'],

@@ -5,44 +5,22 @@
  * for a lift. Real Postgres, two replicas (whole gateways), real HS256 tokens.
  */
 import { join } from 'node:path'
-import type { Pool } from 'pg'
-import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { silentLogger } from '../../src/log'
-import { migrate } from '../../src/postgres/migrate'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { SECRET, hour, hs } from '../auth/forge'
 import { MCP_HEADERS, configFrom, tempDir, toolCall } from '../helpers/harness'
-import { freshDatabase, type TestDatabase, testPool } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
+import { revocationDatabase } from '../helpers/revocation-database'
 import { waitFor } from '../helpers/wait'
 
-let db: TestDatabase
-let pool: Pool
-let upstream: ExampleServer
-const cleanups: Array<() => Promise<unknown>> = []
+const fx = revocationDatabase(2)
 
-beforeAll(async () => {
-  db = await freshDatabase()
-  pool = testPool(db.url, 2)
-  await migrate(pool, silentLogger())
-  upstream = await startExampleServer({ mode: 'stateless-json' })
-})
-afterAll(async () => {
-  await upstream.close()
-  await pool.end()
-  await db.drop()
-})
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined)
-  await pool.query('TRUNCATE wardline_revocations, wardline_token_revocations, wardline_issued_before_revocations')
-})
-
-async function startReplica(dsn = db.url): Promise<{ gateway: RunningGateway; url: string }> {
+async function startReplica(dsn = fx.db.url): Promise<{ gateway: RunningGateway; url: string }> {
   const dir = tempDir()
   const config = configFrom(
     {
       listen: '127.0.0.1:0',
-      upstream: upstream.url,
+      upstream: fx.upstream.url,
       auth: { mode: 'jwt', jwt: { secret: SECRET, issuer: 'https://idp.example', audience: 'wardline' } },
       audit: { output: join(dir, 'audit.jsonl'), spill_file: join(dir, 'spill.jsonl') },
       features: { budget_enforcement: false, postgres_storage: true },
@@ -53,7 +31,7 @@ async function startReplica(dsn = db.url): Promise<{ gateway: RunningGateway; ur
     dir,
   )
   const gateway = await startGateway(config, { log: silentLogger() })
-  cleanups.push(() => gateway.shutdown())
+  fx.cleanups.push(() => gateway.shutdown())
   return { gateway, url: gateway.url }
 }
 
@@ -74,9 +52,9 @@ async function status(url: string, bearer: string): Promise<number> {
 }
 
 test('through a database outage a replica keeps refusing a revoked jti and tokens issued before T, says stale, and serves the rest', async () => {
-  const proxy = await PostgresProxy.start(db.url)
-  cleanups.push(() => proxy.close())
-  const a = await startReplica(proxy.urlFor(db.url))
+  const proxy = await PostgresProxy.start(fx.db.url)
+  fx.cleanups.push(() => proxy.close())
+  const a = await startReplica(proxy.urlFor(fx.db.url))
   const leaked = await token('ann', { jti: 'ann-leaked', iat: nowS() })
   const old = await token('bea', { jti: 'bea-old', iat: nowS() - 600 })
   const other = await token('ann', { jti: 'ann-other', iat: nowS() })
@@ -137,7 +115,7 @@ test('a token pasted as a jti or into a reason is refused by the shared list too
   await expect(a.gateway.revocations.revoke({ identity: 'dee', tenant: 'acme', until: null, reason: `leaked ${pasted}` })).rejects.toThrow(
     /contains a token/,
   )
-  const { rows } = await pool.query<{ n: string }>(
+  const { rows } = await fx.pool.query<{ n: string }>(
     'SELECT (SELECT count(*) FROM wardline_token_revocations) + (SELECT count(*) FROM wardline_revocations) AS n',
   )
   expect(Number(rows[0].n)).toBe(0)
