@@ -13,9 +13,9 @@ export interface ReadinessCheck {
 
 /**
  * A check whose result is shared: while a probe runs, every caller waits for that same probe, and a
- * result is reused until `maxAgeMs` after its probe started. /readyz needs no token, so without this
- * each request opened a database connection (200 concurrent ones gave "too many clients"); now a flood
- * costs one probe per `maxAgeMs` at most, and never two at once. Age counts from the probe's start, so
+ * result is reused until `maxAgeMs` after its probe started. /readyz needs no token, so a probe per
+ * request would let anyone open database connections at will (200 concurrent ones gave "too many
+ * clients"); shared, a flood costs one probe per `maxAgeMs` at most, and never two at once. Age counts from the probe's start, so
  * no answer describes the dependency as it was more than `maxAgeMs` ago (a probe slower than that is
  * stale on arrival and the next request starts another, still one at a time).
  */

@@ -170,8 +170,8 @@ export function requestDecision(ex: Exchange): Decision {
 
 /**
  * The entries for one finished request: one for a single message, a request without a JSON-RPC
- * body, or any request that was not forwarded (a refused 20 000-element batch once wrote
- * 20 000 entries and flushed real calls out of a full queue); for a forwarded batch, one per gated
+ * body, or any request that was not forwarded (an entry per element would let a refused
+ * 20 000-element batch write 20 000 entries and flush real calls out of a full queue); for a forwarded batch, one per gated
  * element plus one for the rest (if any). Forwarded batch entries get `<request_id>/<element index>`
  * and `<request_id>/rest` so every request_id stays unique.
  */

@@ -9,8 +9,8 @@ import { canonicalSha256 } from './canonical-json'
  * make no difference; numbers a double cannot hold exactly are kept as written, so
  * 12345678901234567890 and 12345678901234567891 stay two calls (canonical-number.ts).
  *
- * Arguments of any size are canonicalized whole (issue 24, item 11: a 64 KiB cut-off, past which
- * arguments were hashed as sent, let whitespace padding turn one call into many), in linear time.
+ * Arguments of any size are canonicalized whole, in linear time: with a size cut-off past which
+ * arguments are hashed as sent, whitespace padding past it would turn one call into many.
  *
  * `body` [start, end) is the arguments' value as the request scanner validated it. Absent arguments
  * (start < 0) read as `{}`: the MCP server runs both alike.

@@ -199,8 +199,8 @@ function decided(
  * provably never ran is refunded: a call never written to the upstream (the client left first, no
  * connection could be made, no connection came free in time), or one the server refused with 429 or
  * 503. Once the call was written, a timeout, a reset or a client that left keeps its charge: the
- * server may be running it, and refunding those let a tool that outlasts upstream_timeout_seconds run
- * without limit (issue 24, item 3).
+ * server may be running it, and refunding those would let a tool that outlasts upstream_timeout_seconds
+ * run without limit (a slow tool ran 11 times under a budget of 3).
  */
 function unserved(outcome: Outcome): string | null {
   if (outcome.status === 429 || outcome.status === 503) return `the MCP server answered ${outcome.status}`

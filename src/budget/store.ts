@@ -55,7 +55,8 @@ export interface LocalCount {
  * The units a replica admitted on its own while the shared store failed (budget/local-limiter.ts),
  * waiting to be added to the shared counts. A shared store adds them in the statement that judges the
  * next checks of their buckets, before judging those checks, so no check is judged on a shared count
- * that lacks them (issue 24 item 6), and the hand-over costs no round trip of its own.
+ * that lacks them (a burst judged without them overshoots the limit), and the hand-over costs no
+ * round trip of its own.
  */
 export interface LocalHandOver {
   /**

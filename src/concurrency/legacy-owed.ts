@@ -7,7 +7,7 @@ import { endpointParameters } from '../mcp/legacy-endpoint'
  * The legacy HTTP+SSE transport (MCP 2024-11-05, "HTTP with SSE") answers a POST
  * /messages?sessionId=… with 202 at once and runs the call afterwards, sending its JSON-RPC response
  * on the session's GET /sse stream. A slot given back with the 202 would let an identity with a cap
- * of 2 run any number of calls at once upstream (red team of issue 24: six 4 s calls at once). So
+ * of 2 run any number of calls at once upstream (six 4 s calls ran at once under a cap of 2). So
  * such a POST's slot is *owed*: it stays taken after the POST ends, until the answer with its id
  * passes on that session's /sse stream, that stream ends, or `upstream_timeout_seconds` passes.
  *

@@ -9,7 +9,7 @@ import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
  * How many POST bodies of one identity may be read at once past its cap, to find out whether they
  * are what the cap lets through (a lone initialize or subscriptions/listen, a client's responses and
  * notifications). Small and fixed: it bounds the memory a capped caller can fill with bodies it never
- * finishes (issue 24: 60 half-sent 4 MiB bodies of one identity held +226 MiB for 300 s) to
+ * finishes (60 half-sent 4 MiB bodies of one identity held +226 MiB for 300 s without a bound) to
  * (cap + 8) × max_body_bytes, while a burst of a client's answers to sampling or elicitation requests
  * (each read in one event-loop turn when small) still finds a slot.
  */
@@ -33,9 +33,9 @@ export interface ConcurrencyStages {
  * request's audit record. A request without a principal (none gets past auth today) holds no slot.
  *
  * Some requests must not be refused at the cap, and which they are is only known from the body:
- * - a lone `initialize` (architecture.md, Principles: a 4xx there pushes clients onto the legacy transport) and a lone
- *   `subscriptions/listen` (MCP 2026-07-28's change-notification stream: an agent whose calls fill the
- *   cap must still get its notifications, issue 12) go past the cap, counted, up to twice it;
+ * - a lone `initialize` (docs/design.md, "Smaller rules": a 4xx there pushes clients onto the legacy
+ *   transport) and a lone `subscriptions/listen` (MCP 2026-07-28's change-notification stream: an
+ *   agent whose calls fill the cap must still get its notifications) go past the cap, counted, up to twice it;
  * - a body of JSON-RPC responses and notifications only (a client's answer to the server's
  *   sampling/createMessage, elicitation/create or roots/list; notifications/cancelled,
  *   notifications/initialized) is never refused and, once read, holds no slot: refusing it leaves the

@@ -27,7 +27,7 @@ export const DEFAULT_LINGER: LingerBounds = lingerBounds(4 * 1024 * 1024)
  *
  * Why: closing a socket that still has unread bytes coming makes the kernel answer them with a reset
  * (RST), and a client still sending its body loses the answer that was already on its way (EPIPE or
- * ECONNRESET instead of the status; 13 of 20 fetch() calls in issue 24). RFC 9112 §9.6 asks for a
+ * ECONNRESET instead of the status; 13 of 20 fetch() calls in one measured run). RFC 9112 §9.6 asks for a
  * staged close instead: half-close (our FIN after the answer), keep reading until the client closes
  * too, then close. Past `maxBytes` nothing more is read (the client's writes then wait, the answer
  * still readable); at `maxMs` the connection is closed whatever is left.

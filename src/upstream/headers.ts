@@ -16,7 +16,7 @@ const HOP_BY_HOP = new Set([
 /**
  * Request headers never forwarded: hop-by-hop ones; host and content-length (undici writes its own for
  * the exact bytes we send); expect (Node already answered the client's 100-continue and the whole body
- * is in hand, and undici refuses to send the header at all, which turned such requests into 502s: curl
+ * is in hand, and undici refuses to send the header at all, which would turn such requests into 502s: curl
  * sends it for large bodies); the caller's credentials (the gateway is the resource server, so the
  * upstream must not be able to replay them); and client-sent copies of the identity headers, which
  * only the gateway may set.

@@ -59,7 +59,7 @@ async function jsonl(): Promise<{ path: string; sink: JsonlAuditSink }> {
 describe('the audit writer keeps what it accepted', () => {
   test('without a spill file, a batch the sink keeps failing is retried until written, never dropped', async () => {
     const { path, sink } = await jsonl()
-    const flaky = new ControlledSink(sink, 8) // past maxAttempts (5), which used to drop the batch
+    const flaky = new ControlledSink(sink, 8) // past maxAttempts (5): a bound that must not drop the batch
     let dropped = 0
     const writer = new AuditWriter(flaky, silentLogger(), { maxQueueEntries: 100, retryDelayMs: 1, onDropped: (n) => (dropped += n) })
     writer.record(entries('a', 3))

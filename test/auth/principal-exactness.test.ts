@@ -1,7 +1,7 @@
 /**
  * Identity exactness: the identity and tenant the gateway budgets, judges and audits
  * are exactly what the upstream reads from X-Wardline-Identity / X-Wardline-Tenant. A token with
- * `sub: " admin"` used to reach the upstream as `admin` (HTTP parsers trim header values).
+ * `sub: " admin"` must not reach the upstream as `admin` (HTTP parsers trim header values).
  */
 import { createServer, request } from 'node:http'
 import type { AddressInfo } from 'node:net'

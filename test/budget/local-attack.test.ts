@@ -1,11 +1,11 @@
 /**
- * Red team of budget.on_store_error: local (issue 14 item 2) and of what a replica knows about its
+ * Red team of budget.on_store_error: local and of what a replica knows about its
  * peers while the store fails. Each test is an attack: a caller or a bad moment trying to make a
  * replica admit more than its share, count or audit something other than what ran, grow memory, or
- * lose or double local units on recovery. Each pins the behaviour that must hold; the five that first
- * showed defects (a flapping store handing out a share twice, a reload away from local losing the
- * local units, the loop breaker divided below 1, a caller's new keys pruning a shared bucket's units, N
- * falling right after an outage) now pass with their fixes.
+ * lose or double local units on recovery. Each pins the behaviour that must hold, among them: a
+ * flapping store must not hand out a share twice, a reload away from local must not lose the
+ * local units, the loop breaker must not be divided below 1, a caller's new keys must not prune a
+ * shared bucket's units, and N must not fall right after an outage.
  *
  * Most tests run a real gateway whose shared store is a test double of the BudgetStore interface (the
  * interface is the point: when it fails, when a hand-over fails); the heartbeat test runs the real
@@ -63,10 +63,10 @@ function sharedUsed(): number {
 }
 
 describe('a flapping store', () => {
-  // The hand-over resets the local counter; the remembered count, read before it, now includes the units
+  // The hand-over resets the local counter; the remembered count, read before it, includes the units
   // handed over, so the next outage does not hand out the same share again. The first shared call after
-  // an outage carries the units admitted locally and is judged with them (issue 24 item 6: it used to be
-  // judged before a separate hand-over landed, one call over here, a whole coalesced burst in general).
+  // an outage carries the units admitted locally and is judged with them (judged before a separate
+  // hand-over landed, it would be one call over here, a whole coalesced burst in general).
   test('one replica, one bucket seen right before each outage: two short outages admit the limit, not one call more', async () => {
     const g = await start({ requests_per_window: 10, window_seconds: 60 })
     const all: number[] = []

@@ -245,7 +245,7 @@ describe('a call the MCP server may have served is not refunded', () => {
     rig.mode = 'stall'
     const statuses: number[] = []
     for (let i = 0; i < 3; i++) statuses.push((await rig.h.post(toolCall('search', {}, i))).status)
-    expect(statuses).toEqual([504, 504, 429]) // without the charge (before issue 24) the third was a third 504
+    expect(statuses).toEqual([504, 504, 429]) // refunding timed-out calls would make the third a third 504
     expect(rig.held).toHaveLength(2) // the upstream received both: it may be running them
 
     const over = await live.h.post(toolCall('search'))

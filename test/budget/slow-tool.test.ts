@@ -1,7 +1,7 @@
 /**
- * A call the MCP server received but answered after upstream_timeout_seconds is charged (issue 24,
- * item 3): the server may have run it, so refunding it handed out free calls (a slow tool ran 11
- * times under a budget of 3). The official SDK on both sides: an McpServer on port 0 whose tool runs
+ * A call the MCP server received but answered after upstream_timeout_seconds is charged: the
+ * server may have run it, so refunding it would hand out free calls (a slow tool ran 11 times under
+ * a budget of 3 with that refund). The official SDK on both sides: an McpServer on port 0 whose tool runs
  * until the test lets it finish, and the SDK client calling through a real gateway.
  */
 import { createServer, type Server } from 'node:http'

@@ -1,6 +1,6 @@
 /**
- * Completion leaks (issue 24, item 10): `completion/complete` on a resource template the caller may
- * use returned values naming resources the caller may not read. Through a real gateway, the official
+ * Completion leaks: `completion/complete` on a resource template the caller may use can return
+ * values naming resources the caller may not read. Through a real gateway, the official
  * SDK client asks an official SDK server (McpServer, ResourceTemplate with completion callbacks) and
  * gets only the values whose expanded URI it may read.
  */

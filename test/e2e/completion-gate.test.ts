@@ -1,5 +1,5 @@
 /**
- * Every gated method is gated (issue 12, item 3): the official SDK client, through a real gateway,
+ * Every gated method is gated: the official SDK client, through a real gateway,
  * to official-SDK servers. completion/complete is judged as the prompts/get or resources/read it
  * completes; a task-augmented tools/call (MCP 2025-11-25, Tasks) is judged like any tools/call, and
  * tasks/get, tasks/result, tasks/list and tasks/cancel pass through as passthrough.

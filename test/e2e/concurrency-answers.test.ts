@@ -1,5 +1,5 @@
 /**
- * The concurrency cap and what is not a request (issue 24, item 14): the official SDK client (with a
+ * The concurrency cap and what is not a request: the official SDK client (with a
  * sampling handler) through a real gateway to an official SDK server whose tools call sampling, with
  * the identity's cap filled by its own pending calls. The client's answers to the server (sampling
  * results, notifications/cancelled, notifications/initialized) must reach the server, and a session

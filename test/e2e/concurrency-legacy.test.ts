@@ -2,7 +2,7 @@
  * The concurrency cap on the legacy HTTP+SSE transport (MCP 2024-11-05): the upstream answers a POST
  * /messages?sessionId=… with 202 at once and sends the call's answer on the session's /sse stream, so
  * the POST's slot stays owed until that answer passes, the stream ends, or upstream_timeout_seconds.
- * (test/redteam/issue24-cap.test.ts shows the calls no longer run past the cap; these show every owed
+ * (test/redteam/issue24-cap.test.ts shows the calls do not run past the cap; these show every owed
  * slot is given back.)
  */
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'

@@ -227,8 +227,7 @@ test('requests refused after the slot was taken (a body that is not JSON-RPC) gi
 })
 
 /**
- * A POST of alice's that announces `bytes` of body and sends only its first KiB, then stalls (the
- * red team's M3): the gateway buffers whatever body it starts reading until request_timeout_seconds.
+ * A POST of alice's that announces `bytes` of body and sends only its first KiB, then stalls: the gateway buffers whatever body it starts reading until request_timeout_seconds.
  */
 function halfSent(bytes: number): { socket: Socket; status: Promise<number> } {
   const { port } = new URL(h.url)

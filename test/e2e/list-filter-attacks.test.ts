@@ -1,5 +1,5 @@
 /**
- * Attacks on list filtering (issue 12, item 1): what a caller could do to see a list entry it may not
+ * Attacks on list filtering: what a caller could do to see a list entry it may not
  * use, or to make the gateway stall, fail, mis-audit or break a list answer that should pass. The
  * upstream is trusted but may be sloppy (odd content types, chunking, CRLF SSE, escapes, duplicate
  * keys, a byte order mark), so most tests put a hand-written upstream behind a real gateway and read

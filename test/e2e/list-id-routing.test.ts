@@ -1,9 +1,9 @@
 /**
- * Lists that leak by id type (issue 24, item 4). A stateful MCP server routes each answer to the
+ * Lists that leak by id type. A stateful MCP server routes each answer to the
  * stream of the POST that carried its id, by its own reading of the id: the official Python SDK by
  * `str(id)` (mcp/server/streamable_http.py: `_request_streams[str(message.id)]`, latest POST wins), so
- * `7` and `"7"` are one id there. A caller that reuses a pending list's id in another spelling got the
- * unfiltered list on a stream the filter did not read. Here a small real HTTP MCP server routes the
+ * `7` and `"7"` are one id there. A caller that reuses a pending list's id in another spelling could
+ * get the unfiltered list on a stream the filter does not read. Here a small real HTTP MCP server routes the
  * way the Python SDK does (or by another rule the gateway cannot foresee), behind a real gateway.
  */
 import { randomUUID } from 'node:crypto'

@@ -1,5 +1,5 @@
 /**
- * MCP 2026-07-28 requests end to end (issue 12, item 4): Mcp-Method / Mcp-Name checked against the
+ * MCP 2026-07-28 requests end to end: Mcp-Method / Mcp-Name checked against the
  * body, Mcp-Param-* forwarded, and subscriptions/listen streamed past the caps meant for calls. A real
  * gateway in front of a raw upstream that records what it received and holds streams open; the audit
  * trail is read back.

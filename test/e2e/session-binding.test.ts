@@ -1,5 +1,5 @@
 /**
- * Issue 24 item 7: a session belongs to the principal that created it. The official SDK client (A)
+ * A session belongs to the principal that created it. The official SDK client (A)
  * opens a session through a real gateway to the SDK example server (stateful, sessions); a caller of
  * another tenant (B) who knows the id gets 404 on every use of it, audited, while A keeps working.
  */

@@ -18,7 +18,7 @@ function carrying(counts: readonly LocalCount[]): HandOverLedger {
 }
 
 /**
- * Red team of coalesced admission (issue 14 item 1): can a caller, or a bad moment, make the store
+ * Red team of coalesced admission: can a caller, or a bad moment, make the store
  * count, judge or charge something other than what each check alone would get? Every test pins the
  * behaviour that must hold; `test.failing` marks the one known limit still open.
  */

@@ -7,7 +7,7 @@ import { ThrowawayPostgres, withClient, withDatabase } from '../helpers/postgres
 import { waitFor } from '../helpers/wait'
 
 /**
- * Outage drills (issue 14 item 4): two `wardline serve` replicas on one throwaway cluster under a steady
+ * Outage drills: two `wardline serve` replicas on one throwaway cluster under a steady
  * load from several callers; the database is stopped for a few seconds, started again, and the load goes
  * on a little longer. What an operator would check afterwards, from the outside: the JSONL audit of both
  * replicas, audit_entries, /metrics.

@@ -1,13 +1,13 @@
 /**
  * The hand-over of units admitted locally (budget.on_store_error: local) when the database returns
- * (issue 24 item 6). A real gateway on a real PostgresBudgetStore behind a PostgresProxy the test cuts.
+ * A real gateway on a real PostgresBudgetStore behind a PostgresProxy the test cuts.
  *
- * The red team's case: a tenant limited to 200 had half its window used, the database went away,
- * the replica admitted its share of the rest locally, and when the database came back the first burst
- * of concurrent calls was coalesced into one statement judged against a shared row that did not yet
- * hold the local units (the hand-over was a second statement, sent after that first verdict): the
- * window ended at 292–302 of 200. The local units now travel in the statement that judges the first
- * checks after the outage, so the window ends at its limit.
+ * The attack: a tenant limited to 200 has half its window used, the database goes away, the replica
+ * admits its share of the rest locally, and when the database comes back the first burst of
+ * concurrent calls is coalesced into one statement. Judged against a shared row that does not yet
+ * hold the local units (a hand-over in a second statement, sent after that first verdict), the window
+ * ended at 292–302 of 200. The local units travel in the statement that judges the first checks
+ * after the outage, so the window ends at its limit.
  */
 import type { Pool } from 'pg'
 import { identityKey, tenantKey, windowKey } from '../../src/budget/keys'

@@ -14,7 +14,7 @@ import { waitFor } from '../helpers/wait'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 
 /**
- * Issue 14 item 3: with budget.on_store_error open or local, a gateway whose database is unreachable
+ * With budget.on_store_error open or local, a gateway whose database is unreachable
  * at startup (or whose migrations fail) starts anyway, serves with the fallback, says why on /readyz,
  * and brings Postgres storage up (migrations, budget store, reaper) once the database answers. Every
  * test gets a database of its own that no migration has touched yet.

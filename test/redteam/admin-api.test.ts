@@ -1,4 +1,4 @@
-// Red team (issue 15 follow-up): the admin API and the revocation stage, attacked through a real
+// Red team: the admin API and the revocation stage, attacked through a real
 // gateway (header auth, memory budgets and revocations) in front of the example MCP server.
 import { type Socket, connect } from 'node:net'
 import type { AuditEntry } from '../../src/audit/entry'
@@ -68,7 +68,7 @@ describe('revocation: until', () => {
   test.each(['2027-02-31T00:00:00Z', '2027-04-31T12:00:00Z', '2027-02-29T00:00:00Z', '2027-06-00T00:00:00Z'])(
     'a day the month does not have (%s) is refused, not rolled over into the next month',
     async (until) => {
-      // Date.parse reads 2027-02-31 as 2027-03-03: before the fix this was stored as March 3 with 201.
+      // Date.parse reads 2027-02-31 as 2027-03-03: taken as it parses, it would be stored as March 3 with 201.
       const r = await adminCall('POST', '/revocations', { identity: 'feb', tenant: 'acme', until })
       expect(r.status).toBe(400)
       expect(r.body.error).toBe('until must be an ISO 8601 time with a zone (2026-12-01T18:00:00Z) or null')
@@ -275,8 +275,8 @@ describe('names that are also Object.prototype keys', () => {
 
 describe('the audit trail names exactly what was acted on', () => {
   test('an identity holding " tenant=" cannot pass for another caller in the target', async () => {
-    // Before the fix both revocations below were audited with tool "identity=x tenant=acme tenant=…"
-    // style targets that read as the other one.
+    // Written as plain "identity=x tenant=acme tenant=…" text, the targets of both revocations below
+    // would read as the other one.
     expect((await adminCall('POST', '/revocations', { identity: 'x tenant=acme', tenant: 'default' })).status).toBe(201)
     expect((await adminCall('POST', '/revocations', { identity: 'x', tenant: 'acme' })).status).toBe(201)
     await adminCall('DELETE', `/revocations?identity=${encodeURIComponent('x tenant=acme')}&tenant=default`)

@@ -1,4 +1,4 @@
-// Red team (issue 15 follow-up): the admin API while the audit queue is full. The sink is a FIFO whose
+// Red team: the admin API while the audit queue is full. The sink is a FIFO whose
 // reader (this test) stops reading, so the audit write really blocks (as in test/e2e/audit-volume).
 import { execFileSync } from 'node:child_process'
 import { closeSync, constants, openSync, readSync, writeSync } from 'node:fs'

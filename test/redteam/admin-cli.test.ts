@@ -1,4 +1,4 @@
-// Red team (issue 15 follow-up): the admin: block, the CLI wrappers and the admin listener's logs.
+// Red team: the admin: block, the CLI wrappers and the admin listener's logs.
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { type Server, createServer } from 'node:http'
@@ -23,7 +23,7 @@ describe('admin.token that could never be sent back equal', () => {
     ['a non-ASCII character', `${TOKEN}é`],
     ['a tab', `${TOKEN}\t`],
   ])('%s is refused at load, without its value', (_name, token) => {
-    // Before the fix each loaded, and every admin call (the CLI's too, from this very config) got 401.
+    // Loaded, each would make every admin call (the CLI's too, from this very config) get 401.
     const problems = configProblems(`${BASE}admin: {listen: 127.0.0.1:9090, token: '\${T}'}\n`, '/srv', { T: token })
     expect(problems).toEqual([
       'admin.token: must be printable ASCII without spaces or line breaks (its value is not shown; openssl rand -hex 32 makes one)',
@@ -85,7 +85,7 @@ describe('where the CLI connects', () => {
     const r = runCli(['budget', 'show', '--config', file])
     expect(r.code).toBe(1)
     expect(r.stderr.trimEnd().split('\n')).toHaveLength(1)
-    // Before the fix: "cannot reach the admin API at http://127.0.0.1:0 (…): is the gateway running with this admin.listen?"
+    // Not "cannot reach the admin API at http://127.0.0.1:0 (…): is the gateway running with this admin.listen?", which misleads.
     expect(r.stderr).toBe(`wardline: ${file}: admin.listen has port 0, so the CLI cannot know the admin API's port: set a fixed port\n`)
   })
 })
@@ -183,7 +183,7 @@ describe('a gateway that hangs', () => {
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()))
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()))
     const code = await new Promise<number | null>((resolve) => child.on('close', resolve))
-    // Before the fix: the body read's abort escaped the client's handling ("wardline: This operation was aborted").
+    // The body read's abort must stay inside the client's handling (not "wardline: This operation was aborted").
     expect({ code, stdout, stderr }).toEqual({
       code: 1,
       stdout: '',

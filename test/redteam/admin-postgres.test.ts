@@ -1,4 +1,4 @@
-// Red team (issue 15 follow-up): the admin API and the revocation list on Postgres, with one replica
+// Red team: the admin API and the revocation list on Postgres, with one replica
 // cut off from the database, and resets racing admissions.
 import { join } from 'node:path'
 import type { Pool } from 'pg'
@@ -167,7 +167,7 @@ describe('one replica cut off from the database', () => {
     ).toBe(2)
 
     await a.audit.flush()
-    // Before the fix a failed action's entry had an empty tool: the trail did not say whom it was for.
+    // A failed action's entry names its target too: an empty tool would not say whom it was for.
     expect(readJsonl(audits[0]).filter((e) => e.method === 'admin/budgets.reset' && e.status === 503)).toEqual([
       expect.objectContaining({ decision: 'error', status: 503, tool: 'identity=oscar tenant=acme kind=identity' }),
     ])

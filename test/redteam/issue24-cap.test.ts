@@ -1,10 +1,10 @@
 /**
- * Red team of issue 24, items 5 and 14 (the concurrency cap). On the legacy HTTP+SSE transport
+ * Red team (the concurrency cap). On the legacy HTTP+SSE transport
  * (MCP 2024-11-05) the upstream answers a POST /messages?sessionId=… with 202 at once and runs the
- * call afterwards, sending its answer on the /sse stream. The cap counts the POST only until that
- * 202: an identity with a cap of 2 runs any number of tool calls at once upstream, each POST
+ * call afterwards, sending its answer on the /sse stream. A cap that counted the POST only until that
+ * 202 would let an identity with a cap of 2 run any number of tool calls at once upstream, each POST
  * "in flight" for a millisecond. The cap's promise, "at most max_concurrent_per_identity requests in
- * flight", holds on Streamable HTTP only.
+ * flight", must hold whatever the transport.
  */
 import type { IncomingMessage } from 'node:http'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'

@@ -1,5 +1,5 @@
 /**
- * Red team of issue 24, item 4 (lists that leak by id type): the 409 guard for a reused list id and
+ * Red team (lists that leak by id type): the 409 guard for a reused list id and
  * "every answer of a session with a list in flight is read" both key the session by the
  * `Mcp-Session-Id` value Node hands the gateway. Node joins a repeated header into one value
  * (`S, S`), while the gateway forwards the raw header lines, and a server that reads the first value

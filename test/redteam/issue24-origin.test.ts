@@ -1,7 +1,7 @@
 /**
- * Red team of issue 24, item 13 (loopback and same-origin Origins by default): spellings that are not
+ * Red team (loopback and same-origin Origins by default): spellings that are not
  * a loopback origin, or not the gateway's own, stay 403 on a loopback gateway with the default
- * `allowed_origins: []`. These held; kept as a regression guard.
+ * `allowed_origins: []`. A guard for any change to the origin check.
  */
 import { type Harness, MCP_HEADERS, as, rpc, startHarness } from '../helpers/harness'
 import { send } from '../helpers/http-client'

@@ -1,5 +1,5 @@
 /**
- * Red team of issue 24, item 12 (reload of a half-written file): cuts *inside* a block. The file as
+ * Red team (reload of a half-written file): cuts *inside* a block. The file as
  * yaml.dump (and the docs' examples) write it puts `default:` before `rules:`, so a reader that sees
  * the file while `cat new > wardline.yaml` is still writing gets a policy whose rules are gone and
  * whose default allows everything; a cut inside the last line of the budget turns a window of 60 s

@@ -1,6 +1,6 @@
 /**
- * Red team of issue 24, item 9 (terminals): lookalike identities must not read as `alice` in a CLI
- * table. Every Default_Ignorable_Code_Point is escaped now, but characters a terminal draws as blank
+ * Red team (terminals): lookalike identities must not read as `alice` in a CLI
+ * table. Every Default_Ignorable_Code_Point is escaped, but characters a terminal draws as blank
  * space are not default-ignorable: U+2800 BRAILLE PATTERN BLANK passes checkPrincipal (it is no `\s`),
  * so a token whose subject is `alice⠀` is an identity of its own that `wardline audit` and
  * `wardline revoke --list` show as `alice` followed by padding. Tool names and other cells may also

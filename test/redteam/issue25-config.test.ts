@@ -1,5 +1,5 @@
 /**
- * Red team, issue 25 (config "did you mean …?"): check-config run by the real CLI on files made to
+ * Red team (config "did you mean …?"): check-config run by the real CLI on files made to
  * hurt it: many long unknown keys (CPU), a misspelt secret key (its value must not be echoed), and an
  * unknown key holding terminal escape sequences (its name is printed: it must not drive the terminal).
  */

@@ -1,5 +1,5 @@
 /**
- * Red team, issue 25 (the example MCP server's start-up messages): every failure to listen says what
+ * Red team (the example MCP server's start-up messages): every failure to listen says what
  * to change, and the change must fit the failure: an address this host does not have is fixed with
  * --host, not with another --port. The built example run as a child process.
  */

@@ -1,5 +1,5 @@
 /**
- * Red team, issue 25 (per-tool forwarded-call metrics): a tool name chosen to break the exposition
+ * Red team (per-tool forwarded-call metrics): a tool name chosen to break the exposition
  * format (quotes, backslashes, a line break) must come out escaped, never as a forged series; and a
  * reload that drops a configured tool must not leave its series counting under its old name. A name
  * with a line break is refused before it could reach /metrics.

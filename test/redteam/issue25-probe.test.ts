@@ -1,5 +1,5 @@
 /**
- * Red team, issue 25 (upstream health probe): a hostile upstream must not hold one probe past its
+ * Red team (upstream health probe): a hostile upstream must not hold one probe past its
  * timeout, nor leave a socket or a timer behind, and a redirect must not take the probe elsewhere.
  * probeOnce against raw TCP servers on port 0 that misbehave on purpose, read from the server side.
  */

@@ -1,6 +1,6 @@
 /**
- * Red team, issue 25 (revocation by jti and issued-before, shared through Postgres): the new kinds
- * must hold where identity revocations already did: through a database outage (the last list kept,
+ * Red team (revocation by jti and issued-before, shared through Postgres): these kinds must hold
+ * wherever revocation by identity does: through a database outage (the last list kept,
  * /readyz saying stale), against a refresh racing a write on the same replica, and across replicas
  * for a lift. Real Postgres, two replicas (whole gateways), real HS256 tokens.
  */

@@ -1,5 +1,5 @@
 /**
- * Red team, issue 25 (revocation by jti and issued-before): a revoked token must not get through
+ * Red team (revocation by jti and issued-before): a revoked token must not get through
  * whatever its claims hold, and an operator's slip must not put a token in the list or the trail.
  * The real gateway in front of the example MCP server, tokens signed for real (HS256).
  */

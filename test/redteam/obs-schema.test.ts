@@ -4,7 +4,7 @@ import { configSchema } from '../../src/config/schema'
 import { configProblems } from '../helpers/harness'
 
 /**
- * Red team (obs): documents where `wardline schema` and check-config used to disagree. Each must get
+ * Red team (obs): the cases where `wardline schema` and check-config could disagree. Each must get
  * the same verdict from both (an editor's squiggle and `wardline check-config` say the same thing).
  */
 const SECRET = 'a-test-secret-that-is-long-enough-for-hs256'

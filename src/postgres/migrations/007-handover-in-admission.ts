@@ -5,10 +5,10 @@ import type { Migration } from './index'
  * reach the shared counts in the same statement as the checks that come after it
  * (wardline_budget_admit_batch with p_handed and p_handed_windows), not in a statement of their own.
  *
- * Why: the hand-over used to be a second statement, sent once a first check had been answered by the
- * database again. The checks judged before it landed were judged on shared rows without the local
- * units, and with coalescing those were a whole burst: a tenant limited to 200 ended its window at
- * 292–302 (issue 24 item 6). Carried by the admission statement itself, the units are in the counts
+ * Why: a hand-over in a statement of its own, sent once a first check had been answered by the
+ * database again, leaves the checks judged before it lands judged on shared rows without the local
+ * units, and with coalescing those are a whole burst: a tenant limited to 200 ended its window at
+ * 292–302 that way. Carried by the admission statement itself, the units are in the counts
  * before the first check after the outage is judged, and the hand-over costs no round trip of its own.
  *
  * p_handed holds, per distinct key of p_keys, the units handed over for that bucket (0 for none), and
