@@ -5,7 +5,7 @@ import type { AuditTrail } from './trail'
 
 /**
  * Reserves the request's audit queue slots in every sink before anything with side effects runs
- * (docs/design.md: nothing is executed unaudited). Placed after the JSON-RPC stage (the count depends on the
+ * (docs/principles.md: nothing is executed unaudited). Placed after the JSON-RPC stage (the count depends on the
  * batch) and before budget (which charges buckets) and policy; every request that can be forwarded
  * (POST, GET streams, DELETE) passes through it. When a sink's queue has no room, the request gets
  * 503 with `Retry-After: 1` and is not forwarded: an audit sink that cannot keep up fails calls

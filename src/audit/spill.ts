@@ -29,7 +29,7 @@ export interface ReplayHooks {
 
 /**
  * The local file audit entries go to while their sink (Postgres) keeps failing, replayed once it is
- * back (docs/design.md, "Nothing is executed unaudited": a database outage or a SIGTERM loses no entry).
+ * back (docs/principles.md, "Nothing is executed unaudited": a database outage or a SIGTERM loses no entry).
  *
  * One process owns one spill file (give each replica its own audit.spill_file). Appends go to
  * `path`; a replay first renames it to `path.replaying`, so entries spilled while the replay runs land

@@ -76,7 +76,7 @@ const CLOSE_WRITE_MS = 1000
  * the order recorded, retrying a failed batch with backoff. Memory is bounded by maxQueueEntries (plus
  * the batch being written).
  *
- * Nothing already accepted is dropped (docs/design.md: nothing is executed unaudited). A request reserves queue
+ * Nothing already accepted is dropped (docs/principles.md: nothing is executed unaudited). A request reserves queue
  * slots for its entries before anything with side effects runs (`reserve`); record() puts reserved
  * entries in the queue whatever its length. A batch the sink will not take is retried with a capped
  * backoff for as long as it takes (or spilled): the queue behind it fills, reservations fail, and new

@@ -258,7 +258,7 @@ const EMPTY_RESULT: AdmitResult = { admitted: true, buckets: [], refusedBy: -1 }
 
 /**
  * Budget buckets in the shared budget_buckets table: every replica on one database enforces the same
- * limits (docs/budget.md; docs/design.md: at most one Postgres round trip per budget check). Checks are **coalesced**: a check that arrives
+ * limits (docs/budget.md; docs/principles.md: at most one Postgres round trip per budget check). Checks are **coalesced**: a check that arrives
  * while the store's statements are in flight waits for the next one, which carries every check that
  * waited (group-commit style) in ONE call to wardline_budget_admit_batch
  * (postgres/migrations/004-coalesced-admission.ts): one round trip, one commit, each row locked once,

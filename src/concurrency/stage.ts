@@ -33,7 +33,7 @@ export interface ConcurrencyStages {
  * request's audit record. A request without a principal (none gets past auth today) holds no slot.
  *
  * Some requests must not be refused at the cap, and which they are is only known from the body:
- * - a lone `initialize` (docs/design.md, "Smaller rules": a 4xx there pushes clients onto the legacy
+ * - a lone `initialize` (docs/principles.md, "Smaller rules": a 4xx there pushes clients onto the legacy
  *   transport) and a lone `subscriptions/listen` (MCP 2026-07-28's change-notification stream: an
  *   agent whose calls fill the cap must still get its notifications) go past the cap, counted, up to twice it;
  * - a body of JSON-RPC responses and notifications only (a client's answer to the server's

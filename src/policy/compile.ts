@@ -77,7 +77,7 @@ class Category {
 const NO_CATEGORIES: readonly Category[] = []
 
 /**
- * A policy turned into lookup maps at load time (docs/design.md, "Smaller rules": the hot path does its work at load time). First match
+ * A policy turned into lookup maps at load time (docs/principles.md, "Smaller rules": the hot path does its work at load time). First match
  * wins: each category yields its first matching rule, and the lowest index among them is the answer;
  * a category stops scanning as soon as its rules come after the best match found so far.
  *

@@ -15,7 +15,7 @@ function forbidden(reason: string): Refusal {
  * tenant, method and target; anything else passes untouched. It runs before the budget stage and only
  * records its verdict (`ex.denial`): the budget stage needs it to charge a denied call to the caller's
  * own identity bucket and no shared one, and a call over budget must still get 429 rather than 403
- * (docs/design.md, "What a call costs"). policyVerdictStage, after the budget stage, answers the denial.
+ * (docs/principles.md, "What a call costs"). policyVerdictStage, after the budget stage, answers the denial.
  *
  * A denied call gets 403 with JSON-RPC code 403 and never reaches the upstream. A batch with any
  * denied element is refused whole: forwarding part of a batch would answer some ids and not others.

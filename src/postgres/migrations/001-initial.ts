@@ -7,7 +7,7 @@ import type { Migration } from './index'
  * reaper passes). fillfactor 70 leaves room on each page so the common update (count only, no indexed
  * column touched) is a HOT update: no index write, no bloat on the hot-key path.
  *
- * wardline_budget_admit is the whole check in one statement (docs/design.md: at most one
+ * wardline_budget_admit is the whole check in one statement (docs/principles.md: at most one
  * Postgres round trip per budget check, all tiers together):
  *  - rows are locked in key order, whatever order the tiers are checked in, so two checks sharing
  *    buckets queue behind each other instead of deadlocking;
