@@ -15,11 +15,10 @@
  * the values of one request are one small array, allocated on its first `set`, so every Exchange
  * keeps one shape however many stages keep state (architecture.md, Principles: the hot path).
  */
-export class StateKey<T> {
+class StateKey<T> {
   /** Ties the key to its type both ways, so a key of one type is never accepted where another's is. */
   declare private readonly type: (value: T) => T
 
-  /** @internal Use stateKey(). */
   constructor(
     /** The value's place in an Exchange's state array. */
     readonly index: number,
@@ -29,6 +28,9 @@ export class StateKey<T> {
     readonly initial: T,
   ) {}
 }
+
+/** Exported as a type only: stateKey() is the one way to make a key, so no two share an index. */
+export type { StateKey }
 
 /**
  * What a key's initial value may be: a value nothing can change, since every request starts from
