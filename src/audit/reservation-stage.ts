@@ -24,7 +24,6 @@ export function auditReservationStage(trail: AuditTrail): Stage {
   return {
     name: 'audit-reservation',
     run(ex: Exchange) {
-      if (ex.auditReserved > 0) return CONTINUE
       const full = trail.reserve(ex)
       return full === null ? CONTINUE : (refusals.get(full.sink.name) ?? backpressure(full.sink.name))
     },

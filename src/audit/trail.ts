@@ -1,8 +1,12 @@
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
 import { CALL_OUTCOMES, type Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
+import { stateKey } from '../pipeline/state'
 import { type AuditEntry, auditEntries, entryCount, requestDecision } from './entry'
 import type { AuditWriter } from './writer'
+
+/** Audit queue slots reserved for the request's entries in every writer, 0 when none. */
+const RESERVED = stateKey<number>('audit.reserved', 0)
 
 /** The one place a finished request becomes audit entries, handed to every configured sink. */
 export class AuditTrail {
@@ -21,14 +25,16 @@ export class AuditTrail {
 
   /**
    * Reserves, in every writer, the queue slots this request's entries need if it is forwarded
-   * (entryCount), and notes the count on `ex.auditReserved`. Returns null when every writer had room,
-   * else the writer that had none: nothing is then held anywhere, the refusal is counted in
-   * wardline_audit_backpressure_total and logged at most once a minute.
+   * (entryCount), and notes the count on the request (`record` releases them). Returns null when every
+   * writer had room, or the request holds slots already; else the writer that had none: nothing is
+   * then held anywhere, the refusal is counted in wardline_audit_backpressure_total and logged at
+   * most once a minute.
    */
   reserve(ex: Exchange): AuditWriter | null {
+    if (ex.get(RESERVED) > 0) return null
     const count = entryCount(ex)
     const full = this.reserveSlots(count)
-    if (full === null) ex.auditReserved = count
+    if (full === null) ex.set(RESERVED, count)
     return full
   }
 
@@ -59,8 +65,8 @@ export class AuditTrail {
     this.metrics.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
     for (const e of entries) this.metrics.countEntry(e.decision, e.tenant, e.tool)
     if (ex.forwarded) this.countForwardedCalls(ex, now)
-    const reserved = ex.auditReserved
-    ex.auditReserved = 0 // a second record() of the same request must not release slots twice
+    const reserved = ex.get(RESERVED)
+    if (reserved > 0) ex.set(RESERVED, 0) // a second record() of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)
   }
 

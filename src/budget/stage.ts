@@ -5,6 +5,7 @@ import { type Logger, RateLimitedLog } from '../log'
 import type { Metrics } from '../metrics'
 import type { Exchange, RpcCall } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { stateKey } from '../pipeline/state'
 import { throttledAgentText } from './agent-text'
 import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
 import { callFingerprint } from './call-fingerprint'
@@ -45,6 +46,9 @@ class Receipt {
     readonly local: LocalAdmission | null = null,
   ) {}
 }
+
+/** The receipt of an admitted call, kept for a refund if the upstream never serves it; null when none. */
+const RECEIPT = stateKey<Receipt | null>('budget.receipt', null)
 
 /**
  * Budgets `tools/call` (docs/budget.md). Every call, and every `tools/call` element of
@@ -161,11 +165,11 @@ export function budgetStage(
       return decided(ex, charges, result, plan)
     },
     onOutcome(ex: Exchange, outcome: Outcome): void {
-      const receipt = ex.budgetCharge as Receipt | null
+      const receipt = ex.get(RECEIPT)
       if (receipt === null) return
       const why = unserved(outcome)
       if (why === null) return
-      ex.budgetCharge = null
+      ex.set(RECEIPT, null)
       ex.reason = ex.reason === '' ? `budget refunded: ${why}` : `${ex.reason}; budget refunded: ${why}`
       // The MCP server's refusal goes back to the client: its RateLimit fields count the refund.
       if (outcome.status !== 0 && ex.responseHeaders !== null) {
@@ -187,7 +191,7 @@ function decided(
   if (!result.admitted) return throttled(result, charges, plan, ex)
   // A denied call is answered next and never forwarded: nothing of it is ever refunded.
   if (ex.denial !== null) return CONTINUE
-  ex.budgetCharge = new Receipt(charges, result, local)
+  ex.set(RECEIPT, new Receipt(charges, result, local))
   const headers = rateLimitFields(result.buckets, charges)
   if (ex.responseHeaders === null) ex.responseHeaders = headers
   else Object.assign(ex.responseHeaders, headers)

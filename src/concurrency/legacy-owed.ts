@@ -1,7 +1,13 @@
 import type { Exchange } from '../pipeline/exchange'
+import { stateKey } from '../pipeline/state'
 import { idKey } from '../policy/id-key'
 import type { ConcurrencyLimiter } from './limiter'
 import { endpointParameters } from '../mcp/legacy-endpoint'
+
+/** The legacy session an open /sse stream names (its finish forgets the session); null for every other request. */
+const STREAM_SESSION = stateKey<LegacySession | null>('concurrency.legacy-stream', null)
+/** A legacy POST's owed slot, from the verdict to its finish (then held, or given back at once). */
+const OWED = stateKey<OwedSlot | null>('concurrency.legacy-owed', null)
 
 /**
  * The legacy HTTP+SSE transport (MCP 2024-11-05, "HTTP with SSE") answers a POST
@@ -20,10 +26,6 @@ import { endpointParameters } from '../mcp/legacy-endpoint'
 export class LegacyOwed {
   /** The /sse stream of each legacy session, by the session id its endpoint event named. */
   private readonly sessions = new Map<string, LegacySession>()
-  /** The session each open /sse stream names (its finish forgets it). */
-  private readonly streams = new WeakMap<Exchange, LegacySession>()
-  /** A POST's owed slot, from the verdict to its finish (then held, or given back at once). */
-  private readonly posts = new WeakMap<Exchange, OwedSlot>()
 
   constructor(
     private readonly limiter: ConcurrencyLimiter,
@@ -57,7 +59,7 @@ export class LegacyOwed {
       else waiting.push(owed)
     }
     session.slots.add(owed)
-    this.posts.set(ex, owed)
+    ex.set(OWED, owed)
   }
 
   /**
@@ -67,9 +69,9 @@ export class LegacyOwed {
    */
   keeps(ex: Exchange): boolean {
     if (this.sessions.size === 0) return false
-    const owed = this.posts.get(ex)
-    if (owed === undefined) return false
-    this.posts.delete(ex)
+    const owed = ex.get(OWED)
+    if (owed === null) return false
+    ex.set(OWED, null)
     if (owed.remaining > 0 && !owed.settled && ex.forwarded && ex.status >= 200 && ex.status <= 299) {
       owed.held = true
       owed.timer = setTimeout(expire, this.timeoutMs, owed, this.limiter)
@@ -83,13 +85,14 @@ export class LegacyOwed {
   /**
    * One message of a GET stream (the answer phase). The endpoint event (its data a URL, not JSON)
    * names a legacy session; on that session's stream, a response whose id a POST owes settles it.
+   * `key`: the concurrency key of the slot the stream holds, null when it holds none.
    */
-  onMessage(ex: Exchange, data: string): void {
+  onMessage(ex: Exchange, key: string | null, data: string): void {
     const first = data.charCodeAt(0)
     const json = first === OPEN_OBJECT || first === OPEN_ARRAY
-    const session = this.streams.get(ex)
-    if (session === undefined) {
-      if (!json && ex.concurrencyKey !== null) this.learn(ex, ex.concurrencyKey, data)
+    const session = ex.get(STREAM_SESSION)
+    if (session === null) {
+      if (!json && key !== null) this.learn(ex, key, data)
       return
     }
     // Requests and notifications of the server carry no answer; most stream traffic stops here.
@@ -106,9 +109,9 @@ export class LegacyOwed {
 
   /** The finish phase of a GET stream: a legacy session's stream ended, so every slot it owes is given back. */
   streamEnded(ex: Exchange): void {
-    const session = this.streams.get(ex)
-    if (session === undefined) return
-    this.streams.delete(ex)
+    const session = ex.get(STREAM_SESSION)
+    if (session === null) return
+    ex.set(STREAM_SESSION, null)
     if (this.sessions.get(session.id) === session) this.sessions.delete(session.id)
     for (const owed of session.slots) settle(owed, this.limiter)
   }
@@ -121,7 +124,7 @@ export class LegacyOwed {
     if (!id || this.sessions.has(id)) return
     const session = new LegacySession(id, key)
     this.sessions.set(id, session)
-    this.streams.set(ex, session)
+    ex.set(STREAM_SESSION, session)
   }
 
   private answered(session: LegacySession, message: unknown): void {

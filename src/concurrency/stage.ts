@@ -1,6 +1,7 @@
 import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
+import { stateKey } from '../pipeline/state'
 import { LegacyOwed } from './legacy-owed'
 import { ConcurrencyLimiter, concurrencyKey } from './limiter'
 import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
@@ -15,6 +16,14 @@ import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
  */
 export const PENDING_BODIES = 8
 
+/** Key of the per-identity slot the request holds, released in the finish phase; null when none. */
+export const SLOT = stateKey<string | null>('concurrency.slot', null)
+/**
+ * True while that slot is a pending one, taken past the cap for a POST whose body is still to be
+ * read; the verdict stage turns it into a slot, no slot or a 429 once the body is parsed.
+ */
+export const PENDING = stateKey<boolean>('concurrency.pending', false)
+
 /** The two stages of the cap: one right after auth, one once the body is parsed. */
 export interface ConcurrencyStages {
   /** After auth and revocation, before the body is read: a slot, a pending slot, or 429. */
@@ -28,7 +37,7 @@ export interface ConcurrencyStages {
  * a caller whose requests the upstream never answers cannot hold every upstream socket, nor make the
  * gateway buffer bodies without bound. Counted from the moment the request is authenticated: the
  * `slot` stage runs right after auth (and revocation), before a byte of the body is read, and records
- * the key on `ex.concurrencyKey`; its finish phase gives the slot back once the response has ended,
+ * the key on the request (SLOT); its finish phase gives the slot back once the response has ended,
  * whatever happened in between (refused later, failed, client gone, stream closed), just before the
  * request's audit record. A request without a principal (none gets past auth today) holds no slot.
  *
@@ -78,50 +87,50 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics,
       const key = concurrencyKey(principal.tenant, principal.identity)
       const method = ex.req.method
       if (limiter.tryAcquire(key, method === 'GET' ? streamLimit : limiter.maxPerKey)) {
-        ex.concurrencyKey = key
+        ex.set(SLOT, key)
         return CONTINUE
       }
       if (method === 'POST' && pending.tryAcquire(key)) {
-        ex.concurrencyKey = key
-        ex.concurrencyPending = true
+        ex.set(SLOT, key)
+        ex.set(PENDING, true)
         return CONTINUE
       }
       metrics.concurrencyRefused.inc()
       return refusal
     },
     onMessage(ex: Exchange, message: string): string {
-      legacy.onMessage(ex, message)
+      legacy.onMessage(ex, ex.get(SLOT), message)
       return message
     },
     finish(ex: Exchange) {
-      const key = ex.concurrencyKey
+      const key = ex.get(SLOT)
       if (key === null) return
       if (ex.req.method === 'GET') legacy.streamEnded(ex)
-      if (ex.concurrencyPending) pending.release(key)
+      if (ex.get(PENDING)) pending.release(key)
       // A legacy POST's slot stays taken (owed) until its answer passes on the session's /sse stream.
       else if (!legacy.keeps(ex)) limiter.release(key)
-      ex.concurrencyKey = null
-      ex.concurrencyPending = false
+      ex.set(SLOT, null)
+      ex.set(PENDING, false)
     },
   }
   const verdict: Stage = {
     name: 'concurrency-verdict',
     run(ex: Exchange) {
-      const key = ex.concurrencyKey
+      const key = ex.get(SLOT)
       if (key === null) return CONTINUE
       const answers = onlyAnswers(ex)
-      if (!ex.concurrencyPending) {
+      if (!ex.get(PENDING)) {
         // Below the cap it took a slot like any request; answers give it back now they are read.
         if (answers) {
           limiter.release(key)
-          ex.concurrencyKey = null
+          ex.set(SLOT, null)
         } else legacy.admit(ex, key)
         return CONTINUE
       }
       pending.release(key)
-      ex.concurrencyPending = false
+      ex.set(PENDING, false)
       if (answers) {
-        ex.concurrencyKey = null
+        ex.set(SLOT, null)
         return CONTINUE
       }
       // A slot that freed while the body arrived serves a call as well: it was counted all along.
@@ -129,7 +138,7 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics,
         legacy.admit(ex, key)
         return CONTINUE
       }
-      ex.concurrencyKey = null
+      ex.set(SLOT, null)
       metrics.concurrencyRefused.inc()
       return refusal
     },

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Refusal, Stage } from './stage'
+import { type StateKey, initialState } from './state'
 
 export const DECISIONS = ['allow', 'deny', 'throttled', 'passthrough', 'error', 'unauthorized'] as const
 export type Decision = (typeof DECISIONS)[number]
@@ -80,8 +81,6 @@ export class Exchange {
    * budget stage (architecture.md, Principles: budget before policy), which charges a denied call to the caller only.
    */
   denial: Refusal | null = null
-  /** What the budget stage charged an admitted call, kept for a refund if the upstream never serves it (budget/stage.ts). */
-  budgetCharge: object | null = null
   /** Headers a stage wants on the forwarded response (RateLimit fields on an admitted call). */
   responseHeaders: Record<string, string> | null = null
   /** Set when the gateway gave up on the response (client gone, upstream stream broke). */
@@ -100,15 +99,6 @@ export class Exchange {
   forwarded = false
   /** Monotonic clock (performance.now()) when the upstream got it (Upstream.forward): where wardline_forwarded_call_duration_seconds starts. */
   forwardedMonoMs = 0
-  /** Audit queue slots reserved for this request's entries in every sink (see audit/), 0 when none. */
-  auditReserved = 0
-  /** Key of the per-identity concurrency slot this request holds, released in the finish phase; null when none. */
-  concurrencyKey: string | null = null
-  /**
-   * True while that slot is a pending one, taken past the cap for a POST whose body is still to be
-   * read; the cap's verdict stage turns it into a slot, no slot or a 429 once the body is parsed.
-   */
-  concurrencyPending = false
   /**
    * The request's Origin when it is in allowed_origins (as the browser sent it), else null: every
    * response then carries CORS headers for it, local answers and forwarded ones alike (http stage).
@@ -117,6 +107,8 @@ export class Exchange {
   /** Links of the gateway's list of running requests (linked-list.ts); null when not on it. */
   listPrev: Exchange | null = null
   listNext: Exchange | null = null
+  /** What each stage keeps for itself about this request (get/set, pipeline/state.ts); null until a stage sets one. */
+  private stageState: unknown[] | null = null
 
   constructor(
     readonly req: IncomingMessage,
@@ -127,6 +119,27 @@ export class Exchange {
     /** Monotonic clock (performance.now()) for the latency. */
     readonly startedMonoMs: number,
   ) {}
+
+  /** A stage's own datum for this request (pipeline/state.ts): the key's initial value until `set`. */
+  get<T>(key: StateKey<T>): T {
+    const state = this.stageState
+    // The state array holds at index i a value of key i's type: only set() writes it, typed by the same key.
+    return state !== null && key.index < state.length ? (state[key.index] as T) : key.initial
+  }
+
+  set<T>(key: StateKey<T>, value: T): void {
+    let state = this.stageState
+    if (state === null || key.index >= state.length) state = this.newState(state)
+    state[key.index] = value
+  }
+
+  /** The state array on the first set; a longer one when a key was declared after this request began. */
+  private newState(old: unknown[] | null): unknown[] {
+    const state = initialState()
+    if (old !== null) for (let i = 0; i < old.length; i++) state[i] = old[i]
+    this.stageState = state
+    return state
+  }
 
   /** The body's one message, or null for a batch (even of one) and for a request without JSON-RPC. */
   get single(): RpcCall | null {

@@ -2,6 +2,7 @@ import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, Q
 import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
 import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
+import { stateKey } from '../pipeline/state'
 import type { CompiledPolicy } from './compile'
 import {
   type CompletionRequest,
@@ -69,13 +70,16 @@ export interface ListFilterState {
    * event, forgotten when it ends), so the map is bounded by the streams open.
    */
   readonly legacy: Map<string, Map<string, CompletionRequest[]>>
-  /** The legacy session of each /sse stream, from its endpoint event. */
-  readonly legacyStreams: WeakMap<Exchange, string>
 }
 
 export function listFilterState(): ListFilterState {
-  return { current: null, pending: new Map(), sessions: new Map(), legacy: new Map(), legacyStreams: new WeakMap() }
+  return { current: null, pending: new Map(), sessions: new Map(), legacy: new Map() }
 }
+
+/** True when `run` counted the request's list calls in `pending` and `sessions` (`finish` gives them back). */
+const REGISTERED = stateKey<boolean>('list-filter.registered', false)
+/** The legacy session of an /sse stream, from its endpoint event; null for every other request. */
+const LEGACY_SESSION = stateKey<string | null>('list-filter.legacy-session', null)
 
 /** Completions awaiting their answer per legacy session, and requests per id: past them, answers are hidden. */
 const LEGACY_IDS = 32
@@ -104,7 +108,6 @@ const REUSED_ID: Refusal = {
  * keeps its original bytes.
  */
 export function listFilterStage(state: ListFilterState): Stage {
-  const registered = new WeakSet<Exchange>()
   return {
     name: 'list-filter',
     answers: {
@@ -141,7 +144,7 @@ export function listFilterStage(state: ListFilterState): Stage {
         for (let i = 0; i < calls.length; i++) {
           if (!filtered(calls[i])) continue
           state.sessions.set(NO_SESSION, (state.sessions.get(NO_SESSION) ?? 0) + 1)
-          registered.add(ex)
+          ex.set(REGISTERED, true)
         }
         return CONTINUE
       }
@@ -157,15 +160,16 @@ export function listFilterStage(state: ListFilterState): Stage {
         const key = sessionIdKey(session, call.id)
         pending.set(key, (pending.get(key) ?? 0) + 1)
         state.sessions.set(session, (state.sessions.get(session) ?? 0) + 1)
-        registered.add(ex)
+        ex.set(REGISTERED, true)
       }
       return CONTINUE
     },
     finish(ex: Exchange) {
       noteStreamTotals(ex)
-      const legacySession = state.legacyStreams.get(ex)
-      if (legacySession !== undefined) state.legacy.delete(legacySession)
-      if (!registered.delete(ex)) return
+      const legacySession = ex.get(LEGACY_SESSION)
+      if (legacySession !== null) state.legacy.delete(legacySession)
+      if (!ex.get(REGISTERED)) return
+      ex.set(REGISTERED, false)
       const header = ex.req.headers['mcp-session-id']
       const session = typeof header === 'string' ? header : NO_SESSION
       for (const call of ex.calls) {
@@ -175,7 +179,7 @@ export function listFilterStage(state: ListFilterState): Stage {
       }
     },
     onMessage(ex: Exchange, message: string): string {
-      if (ex.body === null && !state.legacyStreams.has(ex)) learnLegacySession(state, ex, message)
+      if (ex.body === null && ex.get(LEGACY_SESSION) === null) learnLegacySession(state, ex, message)
       // Requests, notifications and errors carry no list: most stream traffic stops here (a key can
       // be written with escapes, `"resul\u0074"`, so any escape goes on to the full reading).
       if (!message.includes('"result"') && !message.includes('\\u')) return message
@@ -205,8 +209,8 @@ export function listFilterStage(state: ListFilterState): Stage {
  * legacy /sse stream, those its session's POSTs left waiting (each looked up once: its answer came).
  */
 function requestsOf(state: ListFilterState, ex: Exchange): (id: unknown) => readonly CompletionRequest[] {
-  const session = state.legacyStreams.get(ex)
-  const waiting = session === undefined ? undefined : state.legacy.get(session)
+  const session = ex.get(LEGACY_SESSION)
+  const waiting = session === null ? undefined : state.legacy.get(session)
   if (waiting !== undefined) {
     return (id) => {
       const key = keyOf(id)
@@ -223,7 +227,7 @@ function requestsOf(state: ListFilterState, ex: Exchange): (id: unknown) => read
 function learnLegacySession(state: ListFilterState, ex: Exchange, data: string): void {
   const session = endpointParameters(data)?.get('sessionId')
   if (!session) return
-  state.legacyStreams.set(ex, session)
+  ex.set(LEGACY_SESSION, session)
   state.legacy.set(session, new Map())
 }
 
@@ -382,8 +386,8 @@ function noteHidden(ex: Exchange, note: string, method: string, what: string, co
   }
   // A stream (or an answer no call of this request asked for): one running total per kind, noted
   // once when the request finishes, so a stream that carries a thousand lists has one short reason.
-  let totals = streamTotals.get(ex)
-  if (totals === undefined) streamTotals.set(ex, (totals = new Map<string, StreamTotal>()))
+  let totals = ex.get(STREAM_TOTALS)
+  if (totals === null) ex.set(STREAM_TOTALS, (totals = new Map<string, StreamTotal>()))
   const key = `${note}${what}`
   const sum = totals.get(key) ?? { note, what, hidden: 0, total: 0, answers: 0 }
   totals.set(key, { note, what, hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
@@ -391,9 +395,9 @@ function noteHidden(ex: Exchange, note: string, method: string, what: string, co
 
 /** The finish phase: what a stream's answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
 function noteStreamTotals(ex: Exchange): void {
-  const totals = streamTotals.get(ex)
-  if (totals === undefined) return
-  streamTotals.delete(ex)
+  const totals = ex.get(STREAM_TOTALS)
+  if (totals === null) return
+  ex.set(STREAM_TOTALS, null)
   for (const note of [LIST_NOTE, COMPLETION_NOTE]) {
     const notes = [...totals.values()]
       .filter((t) => t.note === note)
@@ -426,7 +430,8 @@ interface StreamTotal {
   readonly total: number
   readonly answers: number
 }
-const streamTotals = new WeakMap<Exchange, Map<string, StreamTotal>>()
+/** A stream's running totals of what its answers hid, by note and kind (noted in its reason at finish). */
+const STREAM_TOTALS = stateKey<Map<string, StreamTotal> | null>('list-filter.stream-totals', null)
 
 /**
  * Finds where values lie in a JSON text already known to be valid (JSON.parse accepted it): value

@@ -3,8 +3,14 @@ import { type Logger, RateLimitedLog } from '../log'
 import type { Metrics } from '../metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { type StateKey, stateKey } from '../pipeline/state'
 import { type Eviction, SessionBindings, type SessionOwner } from './bindings'
 import { endpointParameters } from '../mcp/legacy-endpoint'
+
+/** The session an open GET stream of its owner keeps from idling out (released in `finish`); null when none. */
+const PINNED = stateKey<string | null>('session.pinned', null)
+/** The session an open legacy /sse stream created: it does not idle out while the stream is open. */
+const LEGACY_PINNED = stateKey<string | null>('legacy-session.pinned', null)
 
 /**
  * A session belongs to the principal that created it. Anyone who knows an `Mcp-Session-Id` (every
@@ -24,8 +30,6 @@ import { endpointParameters } from '../mcp/legacy-endpoint'
  * out) passes: the upstream still validates it, as it did before this stage existed.
  */
 export function sessionStage(bindings: SessionBindings, onRefused: () => void = () => undefined): Stage {
-  /** The session each open GET stream of its owner keeps from idling out (released in `finish`). */
-  const pinned = new WeakMap<Exchange, string>()
   return {
     name: 'session',
     answers: { methods: ['initialize'], reads: 'outcome' },
@@ -38,7 +42,7 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
         onRefused()
         return NOT_YOURS
       }
-      if (ex.req.method === 'GET' && typeof header === 'string' && bindings.pin(header, principal)) pinned.set(ex, header)
+      if (ex.req.method === 'GET' && typeof header === 'string' && bindings.pin(header, principal)) ex.set(PINNED, header)
       return CONTINUE
     },
     onOutcome(ex: Exchange, outcome: Outcome): void {
@@ -49,7 +53,7 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
       bindings.bind(id, principal)
     },
     finish(ex: Exchange): void {
-      if (ex.req.method === 'GET') return unpin(bindings, pinned, ex)
+      if (ex.req.method === 'GET') return unpin(bindings, PINNED, ex)
       if (ex.req.method !== 'DELETE' || !ex.forwarded || ex.status < 200 || ex.status > 299 || ex.principal === null) return
       const id = ex.req.headers['mcp-session-id']
       if (typeof id === 'string') bindings.release(id, ex.principal)
@@ -65,8 +69,6 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
  * open (the session lives exactly as long at the server); after, it idles out as any other.
  */
 export function legacySessionStage(bindings: SessionBindings): Stage {
-  /** The session each open /sse stream created: it does not idle out while the stream is open. */
-  const pinned = new WeakMap<Exchange, string>()
   return {
     name: 'legacy-session',
     answers: { methods: [], reads: 'messages', streams: true },
@@ -74,25 +76,25 @@ export function legacySessionStage(bindings: SessionBindings): Stage {
     onMessage(ex: Exchange, data: string): string {
       // The endpoint event's data is a URL (every other event's a JSON-RPC message); it comes first.
       const principal = ex.principal
-      if (principal === null || pinned.has(ex)) return data
+      if (principal === null || ex.get(LEGACY_PINNED) !== null) return data
       const parameters = endpointParameters(data)
       if (parameters === null) return data
       for (const [name, value] of parameters) {
         if (!isSessionParameter(name) || value === '') continue
         bindings.bind(value, principal)
-        if (bindings.pin(value, principal)) pinned.set(ex, value)
+        if (bindings.pin(value, principal)) ex.set(LEGACY_PINNED, value)
         break
       }
       return data
     },
-    finish: (ex: Exchange) => unpin(bindings, pinned, ex),
+    finish: (ex: Exchange) => unpin(bindings, LEGACY_PINNED, ex),
   }
 }
 
-function unpin(bindings: SessionBindings, pinned: WeakMap<Exchange, string>, ex: Exchange): void {
-  const id = pinned.get(ex)
-  if (id === undefined) return
-  pinned.delete(ex)
+function unpin(bindings: SessionBindings, pinned: StateKey<string | null>, ex: Exchange): void {
+  const id = ex.get(pinned)
+  if (id === null) return
+  ex.set(pinned, null)
   bindings.unpin(id)
 }
 

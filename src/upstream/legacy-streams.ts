@@ -2,6 +2,10 @@ import { sseMessageEvent } from '../jsonrpc/reply'
 import { endpointParameters } from '../mcp/legacy-endpoint'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Stage } from '../pipeline/stage'
+import { stateKey } from '../pipeline/state'
+
+/** The legacy session a GET stream's endpoint event named; null until then, and for every other request. */
+const SESSION = stateKey<string | null>('legacy-streams.session', null)
 
 /**
  * The legacy HTTP+SSE transport (MCP 2024-11-05) answers a POST /messages?sessionId=… with 202 and
@@ -12,7 +16,6 @@ import { CONTINUE, type Stage } from '../pipeline/stage'
  */
 export class LegacyStreams {
   private readonly bySession = new Map<string, Exchange>()
-  private readonly sessionOf = new WeakMap<Exchange, string>()
 
   /**
    * Writes one JSON-RPC message as an SSE `message` event into the open stream of `sessionId`, when
@@ -38,17 +41,17 @@ export class LegacyStreams {
       answers: { methods: [], reads: 'messages', streams: true },
       run: () => CONTINUE,
       onMessage: (ex, data) => {
-        if (this.sessionOf.has(ex)) return data
+        if (ex.get(SESSION) !== null) return data
         const sessionId = endpointParameters(data)?.get('sessionId')
         if (sessionId) {
           this.bySession.set(sessionId, ex)
-          this.sessionOf.set(ex, sessionId)
+          ex.set(SESSION, sessionId)
         }
         return data
       },
       finish: (ex) => {
-        const sessionId = this.sessionOf.get(ex)
-        if (sessionId !== undefined && this.bySession.get(sessionId) === ex) this.bySession.delete(sessionId)
+        const sessionId = ex.get(SESSION)
+        if (sessionId !== null && this.bySession.get(sessionId) === ex) this.bySession.delete(sessionId)
       },
     }
   }

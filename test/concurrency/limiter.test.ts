@@ -1,5 +1,5 @@
 import { ConcurrencyLimiter, concurrencyKey } from '../../src/concurrency/limiter'
-import { PENDING_BODIES, concurrencyStages } from '../../src/concurrency/stage'
+import { PENDING, PENDING_BODIES, SLOT, concurrencyStages } from '../../src/concurrency/stage'
 import { parseMessages } from '../../src/jsonrpc/parse'
 import { Metrics } from '../../src/metrics'
 import { Exchange } from '../../src/pipeline/exchange'
@@ -76,7 +76,7 @@ describe('concurrencyStages', () => {
     const { slot } = concurrencyStages(limiter, metrics)
     const first = exchange('alice')
     expect(slot.run(first)).toBe(CONTINUE)
-    expect(first.concurrencyKey).toBe(concurrencyKey('acme', 'alice'))
+    expect(first.get(SLOT)).toBe(concurrencyKey('acme', 'alice'))
     const second = exchange('alice')
     const refusal = slot.run(second) as Refusal
     expect(refusal).toMatchObject({
@@ -87,7 +87,7 @@ describe('concurrencyStages', () => {
       headers: { 'retry-after': '1', 'cache-control': 'no-store' },
     })
     expect(refusal.message).not.toMatch(/max_concurrent|alice/)
-    expect(second.concurrencyKey).toBeNull() // refused: no slot to release
+    expect(second.get(SLOT)).toBeNull() // refused: no slot to release
     expect(limiter.size).toBe(1)
     expect((await metrics.registry.getSingleMetricAsString('wardline_concurrency_refused_total')).trim().split('\n').at(-1)).toBe(
       'wardline_concurrency_refused_total 1',
@@ -98,7 +98,7 @@ describe('concurrencyStages', () => {
     const limiter = new ConcurrencyLimiter(1)
     const ex = exchange(null)
     expect(concurrencyStages(limiter, new Metrics()).slot.run(ex)).toBe(CONTINUE)
-    expect(ex.concurrencyKey).toBeNull()
+    expect(ex.get(SLOT)).toBeNull()
     expect(limiter.size).toBe(0)
   })
 
@@ -109,7 +109,7 @@ describe('concurrencyStages', () => {
     const pending = Array.from({ length: PENDING_BODIES }, () => post())
     for (const ex of pending) {
       expect(slot.run(ex)).toBe(CONTINUE)
-      expect(ex.concurrencyPending).toBe(true)
+      expect(ex.get(PENDING)).toBe(true)
     }
     expect(slot.run(post())).toMatchObject({ status: 429 })
     expect(limiter.inFlight(concurrencyKey('acme', 'alice'))).toBe(1) // pending slots are not slots
@@ -125,12 +125,12 @@ describe('concurrencyStages', () => {
     const refused = post()
     expect(slot.run(refused)).toBe(CONTINUE)
     expect(verdict.run(parsed(refused, call))).toMatchObject({ status: 429, decision: 'throttled' })
-    expect(refused.concurrencyKey).toBeNull()
+    expect(refused.get(SLOT)).toBeNull()
     slot.finish?.(refused) // the finish phase still runs: it must not release what is no longer held
     const init = post()
     expect(slot.run(init)).toBe(CONTINUE)
     expect(verdict.run(parsed(init, initialize))).toBe(CONTINUE)
-    expect(init.concurrencyPending).toBe(false)
+    expect(init.get(PENDING)).toBe(false)
     expect(limiter.inFlight(key)).toBe(2)
     const third = post()
     expect(slot.run(third)).toBe(CONTINUE)
@@ -149,10 +149,10 @@ describe('concurrencyStages', () => {
     expect(slot.run(first)).toBe(CONTINUE)
     const second = post()
     expect(slot.run(second)).toBe(CONTINUE)
-    expect(second.concurrencyPending).toBe(true)
+    expect(second.get(PENDING)).toBe(true)
     slot.finish?.(first)
     expect(verdict.run(parsed(second, call))).toBe(CONTINUE)
-    expect(second.concurrencyPending).toBe(false)
+    expect(second.get(PENDING)).toBe(false)
     expect(limiter.inFlight(concurrencyKey('acme', 'alice'))).toBe(1)
     slot.finish?.(second)
     expect(limiter.size).toBe(0)
@@ -165,7 +165,7 @@ describe('concurrencyStages', () => {
     const below = post()
     expect(slot.run(below)).toBe(CONTINUE)
     expect(verdict.run(parsed(below, samplingAnswer))).toBe(CONTINUE)
-    expect(below.concurrencyKey).toBeNull()
+    expect(below.get(SLOT)).toBeNull()
     expect(limiter.inFlight(key)).toBe(0) // given back: an answer is no request in flight
     expect(slot.run(post())).toBe(CONTINUE) // the cap is full
     for (const body of [samplingAnswer, cancelled, [samplingAnswer, cancelled]]) {
