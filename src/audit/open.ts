@@ -15,8 +15,8 @@ import { AuditTrail } from './trail'
 import { AuditWriter } from './writer'
 
 /**
- * The audit trail. Not among the closers: Lifecycle flushes and closes it itself, after the requests
- * have drained and before anything it writes into is released.
+ * The audit trail and its reservation stage. The trail is not among the closers: Lifecycle flushes and
+ * closes it itself, after the requests have drained and before anything it writes into is released.
  */
 export interface AuditFeature extends Contribution {
   readonly trail: AuditTrail
