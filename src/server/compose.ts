@@ -1,5 +1,5 @@
 import type { Server } from 'node:http'
-import { openAdmin } from '../admin/open'
+import { type AdminFeature, openAdmin } from '../admin/open'
 import { openAudit, openAuditSpill } from '../audit/open'
 import type { AuditTrail } from '../audit/trail'
 import { openAuth } from '../auth/open'
@@ -114,7 +114,7 @@ export async function startGateway(config: Config, options: GatewayOptions = {})
 interface Wired {
   readonly parts: LifecycleParts
   readonly revocations: RevocationList
-  readonly admin: Awaited<ReturnType<typeof openAdmin>>
+  readonly admin: AdminFeature | null
   readonly metricsListener: MetricsListener | null
 }
 
