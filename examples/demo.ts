@@ -6,7 +6,7 @@ import { loadConfig } from '../src/config/load'
 import { serve } from '../src/cli/serve'
 import { mintToken } from '../src/cli/token'
 import type { Config } from '../src/config/types'
-import { listenOrExplain } from '../src/server/listen'
+import { listenOrExplain } from '../src/net/listen'
 import { EXAMPLE_MODES, type ExampleMode, startExampleServer } from './mcp-server'
 
 const USAGE = `usage: npm start   (node dist/examples/demo.js)

@@ -18,7 +18,7 @@ import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mc
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { z } from 'zod'
-import { bindOrExplain } from '../src/server/listen'
+import { bindOrExplain } from '../src/net/listen'
 
 export const EXAMPLE_MODES = ['stateful', 'stateless-json', 'stateless-sse'] as const
 export type ExampleMode = (typeof EXAMPLE_MODES)[number]

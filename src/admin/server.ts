@@ -6,8 +6,8 @@ import type { AuditTrail } from '../audit/trail'
 import type { AdminConfig, Config } from '../config/types'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
-import { boundAddress, listenOrExplain } from '../server/listen'
-import { type TlsMaterial, logCertificate, reloadTls } from '../server/tls'
+import { boundAddress, listenOrExplain } from '../net/listen'
+import { type TlsMaterial, logCertificate, reloadTls } from '../net/tls'
 import { hasControlCharacters } from '../pipeline/exchange'
 
 /** A store or list failure (the database down) in a route, with the target it was acting on, for the audit entry. */
@@ -136,7 +136,7 @@ export class AdminServer {
     return admin
   }
 
-  /** SIGHUP: re-reads admin.tls's files (server/tls.ts reloadTls); false when they are kept or there is no TLS. */
+  /** SIGHUP: re-reads admin.tls's files (net/tls.ts reloadTls); false when they are kept or there is no TLS. */
   reloadCertificates(): boolean {
     if (this.tls === null || this.config.tls === null) return false
     return reloadTls(this.server as unknown as HttpsServer, this.config.tls, 'admin.tls', this.log)

@@ -71,7 +71,7 @@ export class PostgresAuditSink implements AuditSink {
     return typeof code === 'string' && code.length === 5 && REJECTED_CLASSES.has(code.slice(0, 2))
   }
 
-  /** The pool is shared and closed by compose.ts, after every writer has flushed. */
+  /** The pool is shared and closed by postgres/open.ts's closer, after every writer has flushed. */
   close(): Promise<void> {
     return Promise.resolve()
   }

@@ -90,7 +90,7 @@ const CLOSE_WRITE_MS = 1000
  * replay succeeds. The replay runs off the drain loop every replayIntervalMs, at start when an earlier
  * run left entries behind, and once more at close.
  *
- * What happens to entries is reported only through the on* callbacks (compose.ts feeds them into the
+ * What happens to entries is reported only through the on* callbacks (audit/open.ts feeds them into the
  * wardline_audit_* metrics); the writer keeps no counters of its own.
  */
 export class AuditWriter {

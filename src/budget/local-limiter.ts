@@ -59,7 +59,7 @@ export class LocalAdmission {
  * seeded from a shared window is counted under its own key (the bucket's key and that window's id), so
  * its local count ends with the shared window and survives the store flapping within it.
  *
- * One per process, across reloads (compose.ts), so a reload during an outage keeps the local counts.
+ * One per process, across reloads (budget/open.ts), so a reload during an outage keeps the local counts.
  */
 export class LocalLimiter implements LocalHandOver {
   private readonly seeds = new Map<string, Seed>()

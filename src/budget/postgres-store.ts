@@ -334,7 +334,7 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   admit(charges: readonly BucketCharge[], timeoutMs = this.checkTimeoutMs, handOver?: LocalHandOver): Promise<AdmitResult> {
-    // One limiter per process (compose.ts): the first check that names it is enough.
+    // One limiter per process (budget/open.ts): the first check that names it is enough.
     if (handOver !== undefined) this.handOver = handOver
     if (charges.length === 0) return Promise.resolve(EMPTY_RESULT)
     const bound = Math.max(1, timeoutMs - CALLER_MARGIN_MS)
@@ -430,7 +430,7 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   /**
-   * What compose.ts runs once the database answers and is migrated: the clock offset (so even the first
+   * What a bring-up step (budget/open.ts) runs once the database answers and is migrated: the clock offset (so even the first
    * check carries an absolute deadline), then this replica's first heartbeat and its timer.
    */
   async start(): Promise<void> {
@@ -449,7 +449,7 @@ export class PostgresBudgetStore implements BudgetStore {
 
   /**
    * Stops the heartbeat (removing this replica's row) and waits for the statements in flight, the
-   * verdicts we gave up on and the refunds they start. The pool belongs to compose.ts (audit and
+   * verdicts we gave up on and the refunds they start. The pool belongs to postgres/open.ts (audit and
    * readiness share it), which closes it last.
    */
   async close(): Promise<void> {

@@ -18,7 +18,7 @@ export interface BudgetStageOptions {
   /** Wall clock (ms) for the fail-open count; tests inject one. */
   readonly now?: () => number
   /**
-   * Shared by the stages a reload replaces (compose.ts makes them once), so a reload in the middle of
+   * Shared by the stages a reload replaces (budget/open.ts makes them once), so a reload in the middle of
    * an outage neither zeroes /readyz's fail-open count nor repeats the rate-limited warning.
    */
   readonly failOpens?: FailOpenWindow

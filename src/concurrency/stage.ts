@@ -74,7 +74,7 @@ export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics,
     agentText: `Too many calls in flight for you (cap ${limiter.maxPerKey}). Retry when one of your calls finishes.`,
   }
   const streamLimit = 2 * limiter.maxPerKey
-  // In the stages every reload reuses (compose.ts), like the limiter: pending counts survive a reload.
+  // In the stages every reload reuses (server/chain.ts), like the limiter: pending counts survive a reload.
   const pending = new ConcurrencyLimiter(PENDING_BODIES)
   const legacy = new LegacyOwed(limiter, upstreamTimeoutSeconds * 1000)
   const slot: Stage = {

@@ -22,7 +22,7 @@ export interface BringUpOptions {
 
 /**
  * Brings Postgres storage up: an ordered list of steps, each run until it succeeds once and never
- * again after. compose.ts adds the steps while wiring and runs each part at once (startupAttempt):
+ * again after. Each Postgres feature adds its steps as it opens (postgres/open.ts) and runs each part at once (startupAttempt):
  * with budget.on_store_error closed a failure stops startup, as it always did. Otherwise the gateway
  * serves without the database (budget checks fall back, audit entries spill), and after launch() the
  * steps left are retried in the background, every second at first, backing off to every 5 seconds,

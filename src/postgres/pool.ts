@@ -8,7 +8,7 @@ import { RateLimitedLog, type Logger } from '../log'
 export interface PoolOptions {
   /**
    * Longest wait for a connection, whether the pool is full or a new connection is being opened.
-   * compose.ts passes budget.check_timeout_seconds: a budget check cannot use a connection it gets later.
+   * postgres/open.ts passes budget.check_timeout_seconds: a budget check cannot use a connection it gets later.
    */
   readonly connectionTimeoutMs?: number
   /**

@@ -44,7 +44,7 @@ export class Gateway {
 
   /**
    * Shutdown: responses not yet started carry `Connection: close`, so no client sends another request
-   * on a connection about to go (compose.ts does the same for requests that arrive from now on).
+   * on a connection about to go (lifecycle.ts does the same for requests that arrive from now on).
    */
   drain(): void {
     this.running.forEach((ex) => {
@@ -68,7 +68,7 @@ export class Gateway {
     private readonly audit: AuditTrail,
     private readonly log: Logger,
     toolRefusals: ToolRefusals = 'http',
-    /** Open legacy /sse streams (compose.ts): where a refused legacy POST's tool result goes. */
+    /** Open legacy /sse streams (server/chain.ts): where a refused legacy POST's tool result goes. */
     private readonly legacyStreams: LegacyStreams | null = null,
     /** How much of a body still arriving is read after an early answer (linger.ts). */
     private readonly linger: LingerBounds = DEFAULT_LINGER,

@@ -3,13 +3,14 @@ import { type Server as HttpsServer, createServer as createHttpsServer } from 'n
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AuditTrail } from '../audit/trail'
 import type { Config } from '../config/types'
+import type { Closer } from '../feature'
 import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
 import type { Gateway } from './gateway'
-import { boundAddress, listenOrExplain } from './listen'
+import { boundAddress, listenOrExplain } from '../net/listen'
 import type { LocalRoutes } from './routes'
-import { type TlsMaterial, logCertificate, reloadTls } from './tls'
+import { type TlsMaterial, logCertificate, reloadTls } from '../net/tls'
 
 /**
  * The gateway's states, in the only order it goes through them:
@@ -19,9 +20,6 @@ import { type TlsMaterial, logCertificate, reloadTls } from './tls'
  * `reload()` applies only while serving; a second `shutdown()` joins the first.
  */
 export type LifecycleState = 'created' | 'serving' | 'draining' | 'stopped'
-
-/** A resource released at shutdown, after the audit trail is flushed. */
-export type Closer = () => Promise<void> | void
 
 export interface LifecycleParts {
   readonly gateway: Gateway
@@ -36,7 +34,7 @@ export interface LifecycleParts {
    * their audit entries before the trail is flushed.
    */
   readonly listeners?: readonly Closer[]
-  /** Builds and swaps in what a reload changes (compose.ts knows how); returns the keys that need a restart. */
+  /** Builds and swaps in what a reload changes (server/reload.ts); returns the keys that need a restart. */
   readonly applyReload: (next: Config) => string[]
   /** The main listener's certificate and key, read by compose.ts when config.tls is set: it speaks HTTPS. */
   readonly tls?: TlsMaterial | null
@@ -53,7 +51,7 @@ const AUDIT_CLOSE_TIMEOUT_MS = 30_000
 
 /**
  * Start, drain, shutdown and reload: the one place that knows what state the gateway is in. It owns
- * the listener; compose.ts builds the parts and hands them over.
+ * the listener; compose.ts folds the features into parts and hands them over.
  */
 export class Lifecycle {
   private current: LifecycleState = 'created'

@@ -2,7 +2,7 @@ import { type Server, createServer } from 'node:http'
 import type { Config, MetricsConfig } from '../config/types'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
-import { boundAddress, listenOrExplain } from './listen'
+import { boundAddress, listenOrExplain } from '../net/listen'
 import type { LocalRoutes } from './routes'
 
 const NOT_FOUND = JSON.stringify({ error: 'not found: this listener serves /metrics, /healthz and /readyz' })

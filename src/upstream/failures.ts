@@ -49,7 +49,7 @@ const MESSAGES: Record<UpstreamErrorKind, string> = {
 }
 
 /**
- * The listener compose.ts gives the Upstream: each failure counted by kind, and logged at most once a
+ * The listener upstream/open.ts gives the Upstream: each failure counted by kind, and logged at most once a
  * minute per kind with how many were held back. Each failure is audited too (decision `error`), but an
  * operator watching logs should not have to query the trail to learn the MCP server is down, and an
  * outage failing every call must not write a line per call.

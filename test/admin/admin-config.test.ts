@@ -95,7 +95,7 @@ describe('the admin listener', () => {
         auth: { mode: 'header' },
         admin: { listen: `127.0.0.1:${port}`, token: TOKEN },
       })
-      // The same words as the main listener's (server/listen.ts), with the key to change.
+      // The same words as the main listener's (net/listen.ts), with the key to change.
       const failure = await startGateway(config, { log: silentLogger() }).then(
         () => null,
         (err: unknown) => err,

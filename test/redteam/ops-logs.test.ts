@@ -15,7 +15,7 @@ import { keysNeedingRestart } from '../../src/config/restart-keys'
 import type { Config } from '../../src/config/types'
 import { ConfigError } from '../../src/errors'
 import { addLogSecrets, createLogger, formatValue, redactText } from '../../src/log'
-import { listenOrExplain } from '../../src/server/listen'
+import { listenOrExplain } from '../../src/net/listen'
 import { runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 

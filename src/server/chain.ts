@@ -1,0 +1,159 @@
+import type { AuditFeature } from '../audit/open'
+import type { AuthFeature } from '../auth/open'
+import type { BudgetFeature } from '../budget/open'
+import { ConcurrencyLimiter } from '../concurrency/limiter'
+import { type ConcurrencyStages, concurrencyStages } from '../concurrency/stage'
+import type { BudgetConfig, Config, PolicyConfig, ToolRefusals, UpstreamConfig } from '../config/types'
+import { pathStage } from '../http/path-stage'
+import { httpStage } from '../http/stage'
+import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
+import { jsonRpcStage } from '../jsonrpc/stage'
+import type { Logger } from '../log'
+import type { Metrics } from '../metrics'
+import type { Stage } from '../pipeline/stage'
+import { compilePolicy } from '../policy/compile'
+import { type ListFilterState, listFilterStage, listFilterState } from '../policy/list-filter'
+import { policyStage, policyVerdictStage } from '../policy/stage'
+import { sessionStages } from '../session/stage'
+import { LegacyStreams } from '../upstream/legacy-streams'
+
+/**
+ * What one route is configured with: the settings that may differ from one upstream server to the
+ * next (where it is, its timeouts and connections, who may call what there, what a call costs, how a
+ * refusal is answered). Today the one `upstream:` is the one route and these keys sit at the top of
+ * the file; auth, the audit trail, sessions, the concurrency cap and the Postgres pool are shared by
+ * every route.
+ */
+export interface RouteConfig {
+  readonly upstream: UpstreamConfig
+  readonly budget: BudgetConfig
+  readonly policy: PolicyConfig | null
+  readonly toolRefusals: ToolRefusals
+}
+
+/** The one route a config describes today. */
+export function routeOf(config: Config): RouteConfig {
+  return { upstream: config.upstream, budget: config.budget, policy: config.policy, toolRefusals: config.toolRefusals }
+}
+
+/**
+ * The stages every route shares, made once per process from the shared features: what they hold
+ * (session bindings, requests in flight per identity) outlives a reload and spans routes.
+ */
+export interface SharedStages {
+  readonly http: Stage
+  readonly auth: Stage
+  readonly revocation: Stage
+  readonly sessions: readonly Stage[]
+  readonly concurrency: ConcurrencyStages
+  readonly path: Stage
+  readonly jsonrpc: Stage
+  readonly mcpHeaders: Stage
+  readonly auditReservation: Stage
+  /** Each route's budget stage, counted in the one store; null while features.budget_enforcement is off. */
+  readonly budget: ((config: BudgetConfig) => Stage) | null
+  readonly log: Logger
+}
+
+export interface SharedFeatures {
+  readonly auth: AuthFeature
+  readonly audit: AuditFeature
+  readonly budget: BudgetFeature | null
+}
+
+export function sharedStages(
+  config: Config,
+  features: SharedFeatures,
+  metrics: Metrics,
+  log: Logger,
+  sessionClock?: () => number,
+): SharedStages {
+  const { auth, audit, budget } = features
+  return {
+    http: httpStage(config.http),
+    auth: auth.auth,
+    revocation: auth.revocation,
+    sessions: sessionStages(config.limits, metrics, log, sessionClock),
+    // One limiter for the process, so the counts of requests in flight survive a reload
+    // (max_concurrent_per_identity itself is a restart key). What a legacy POST owes its stream is
+    // bounded by the upstream's timeout: the one upstream's, while there is one route.
+    concurrency: concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics, config.upstream.timeoutSeconds),
+    path: pathStage(),
+    jsonrpc: jsonRpcStage(config.limits),
+    mcpHeaders: mcpHeadersStage(),
+    auditReservation: audit.reservation,
+    budget: budget === null ? null : (cfg) => budget.stage(cfg),
+    log,
+  }
+}
+
+/** What a route keeps across reloads: made once per route, read by every chain built for it. */
+export interface RouteStages {
+  /** The list filter of every chain judges with the policy of the latest one, so a stream opened before a reload lists by the new rules. */
+  readonly policies: ListFilterState
+  /**
+   * Read only while refusals are answered as tool results: a refused legacy POST's result travels on
+   * its session's /sse stream. One registry across reloads, so every stream is found.
+   */
+  readonly legacyStreams: LegacyStreams
+  readonly legacyReader: Stage
+}
+
+export function routeStages(): RouteStages {
+  const legacyStreams = new LegacyStreams()
+  return { policies: listFilterState(), legacyStreams, legacyReader: legacyStreams.stage() }
+}
+
+/**
+ * The order of one route's request stages, made from that route's config: the one place the order is
+ * decided. Called once per route at startup and again at every reload with the route's new config.
+ */
+export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteStages): Stage[] {
+  const budget = shared.budget === null ? [] : [shared.budget(route.budget)]
+  const policy = policyStages(route.policy, shared.log, own.policies)
+  return [
+    // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
+    shared.http,
+    shared.auth,
+    // On every request, a token answered from the token cache included: a revocation applies at once.
+    shared.revocation,
+    // Before the body is read: a caller presenting a session another principal created gets 404.
+    ...shared.sessions,
+    // Before the body is read: a capped caller cannot make the gateway buffer bodies without bound.
+    shared.concurrency.slot,
+    shared.path,
+    shared.jsonrpc,
+    // Right after parsing: Mcp-Method / Mcp-Name that disagree with the body are refused before an
+    // audit reservation or a budget unit is taken for a call whose headers say another.
+    shared.mcpHeaders,
+    // Once parsed: a body read past the cap goes on only as an `initialize`, a listen or a client's
+    // answers; before anything is charged or reserved.
+    shared.concurrency.verdict,
+    shared.auditReservation,
+    ...(route.toolRefusals === 'result' ? [own.legacyReader] : []),
+    // Policy judges first, so the budget stage knows a denied call (it charges only the caller's own
+    // bucket), and its verdict is answered after the budget: a call over budget gets 429 (architecture.md, Principles).
+    ...policy,
+    ...budget,
+    ...(policy.length === 0 ? [] : [policyVerdictStage]),
+  ]
+}
+
+/**
+ * The policy stage (its verdict is answered after the budget stage) and the list filter. No policy: no
+ * stage, and a notice that nothing is gated. A policy that allows everything hides nothing: no filter.
+ */
+function policyStages(policy: PolicyConfig | null, log: Logger, policies: ListFilterState): Stage[] {
+  policies.current = null
+  if (policy === null) {
+    log.warn('no policy configured (policy or policy_file): every tool, resource and prompt call is allowed')
+    return []
+  }
+  log.info('policy loaded', { source: policy.source, rules: policy.rules.length, default: policy.default })
+  const compiled = compilePolicy(policy)
+  if (!policy.filterLists) return [policyStage(compiled)]
+  // While the policy can deny nothing the filter passes every answer as it is; it stays in the chain
+  // so a stream opened now is filtered once a reload adds a deny rule.
+  if (compiled.canDeny) policies.current = compiled
+  return [policyStage(compiled), listFilterStage(policies)]
+}

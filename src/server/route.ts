@@ -1,0 +1,48 @@
+import type { AuditTrail } from '../audit/trail'
+import type { Config } from '../config/types'
+import type { Contribution } from '../feature'
+import type { Logger } from '../log'
+import type { Metrics } from '../metrics'
+import { openUpstream } from '../upstream/open'
+import { type RouteConfig, type SharedStages, buildChain, routeStages } from './chain'
+import { Gateway } from './gateway'
+import { lingerBounds } from './linger'
+
+/** One route: its upstream, the chain its config makes, and the Gateway that runs requests through them. */
+export interface RouteFeature extends Contribution {
+  readonly gateway: Gateway
+  /** The upstream probe's first run: awaited before listening, so the first /readyz already knows. */
+  readonly firstProbe: Promise<void>
+  /** Swaps in the chain `next` makes; requests already running keep the chain they started with. */
+  reload(next: RouteConfig): void
+}
+
+/**
+ * Opens one route over the shared stages. `config` gives what every route shares (the listener's
+ * trusted proxies, the body cap); `route` what is this route's own.
+ */
+export function openRoute(
+  route: RouteConfig,
+  config: Config,
+  shared: SharedStages,
+  audit: AuditTrail,
+  metrics: Metrics,
+  log: Logger,
+): RouteFeature {
+  const opened = openUpstream(route.upstream, config.http.trustedProxies, metrics, log)
+  const own = routeStages()
+  const gateway = new Gateway(
+    buildChain(route, shared, own),
+    opened.upstream,
+    audit,
+    log,
+    route.toolRefusals,
+    own.legacyStreams,
+    lingerBounds(config.limits.maxBodyBytes),
+  )
+  return {
+    ...opened,
+    gateway,
+    reload: (next) => gateway.replaceStages(buildChain(next, shared, own), next.toolRefusals),
+  }
+}

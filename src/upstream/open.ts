@@ -1,0 +1,39 @@
+import type { UpstreamConfig } from '../config/types'
+import type { Closer, Contribution } from '../feature'
+import type { Logger } from '../log'
+import type { Metrics } from '../metrics'
+import type { ReadinessCheck } from '../readiness'
+import { upstreamFailureReporter } from './failures'
+import { Upstream } from './forward'
+import { UpstreamProbe } from './probe'
+
+/** One upstream server: its connection pool and, with upstream_health_check, its probe. */
+export interface UpstreamFeature extends Contribution {
+  readonly upstream: Upstream
+  /** The probe's first run (which logs what it found); resolved at once without a probe. */
+  readonly firstProbe: Promise<void>
+}
+
+/**
+ * Opens one upstream. `trustedProxies` is the listener's (http.trusted_proxies): whose X-Forwarded-*
+ * chain is extended rather than replaced on the way there. The probe's first run starts now, while the
+ * rest is wired; awaiting `firstProbe` before listening makes the first /readyz already know.
+ */
+export function openUpstream(config: UpstreamConfig, trustedProxies: readonly string[], metrics: Metrics, log: Logger): UpstreamFeature {
+  const upstream = new Upstream(
+    config,
+    trustedProxies,
+    upstreamFailureReporter((kind) => metrics.upstreamError(kind), log, config.url),
+  )
+  const closers: Closer[] = [() => upstream.destroy()]
+  const readiness: ReadinessCheck[] = []
+  let firstProbe = Promise.resolve()
+  const healthCheck = config.healthCheck
+  if (healthCheck !== null) {
+    const probe = new UpstreamProbe(healthCheck, config.url, log, metrics.upstreamProbeListener())
+    closers.push(() => probe.close())
+    readiness.push(probe.readiness())
+    firstProbe = probe.start()
+  }
+  return { upstream, firstProbe, closers, readiness }
+}
