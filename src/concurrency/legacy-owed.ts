@@ -1,5 +1,5 @@
 import type { Exchange } from '../pipeline/exchange'
-import { idKey } from '../policy/id-key'
+import { idKey } from '../pipeline/id-key'
 import type { ConcurrencyLimiter } from './limiter'
 import { endpointParameters } from '../mcp/legacy-endpoint'
 

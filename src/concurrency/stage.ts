@@ -3,7 +3,7 @@ import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import { LegacyOwed } from './legacy-owed'
 import { ConcurrencyLimiter, concurrencyKey } from './limiter'
-import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
+import { SUBSCRIPTIONS_LISTEN } from '../mcp/streams'
 
 /**
  * How many POST bodies of one identity may be read at once past its cap, to find out whether they

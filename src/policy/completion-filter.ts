@@ -1,5 +1,5 @@
-import { resourceUriProblem } from '../jsonrpc/resource-uri'
-import { idKey } from './id-key'
+import { resourceUriProblem } from '../mcp/resource-uri'
+import { idKey } from '../pipeline/id-key'
 import { type Encoder, UriTemplate, rawEncode, rfc6570Encode, sdkEncode } from './uri-template'
 
 /**

@@ -1,5 +1,5 @@
-import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
-import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../json/json-bytes'
+import { resourceTemplateProblem, resourceUriProblem } from '../mcp/resource-uri'
 import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
@@ -12,7 +12,7 @@ import {
   mayHoldCompletion,
   requestsWithId,
 } from './completion-filter'
-import { idKey } from './id-key'
+import { idKey } from '../pipeline/id-key'
 import { endpointParameters } from '../mcp/legacy-endpoint'
 
 /**
