@@ -1,4 +1,4 @@
-import type { Metrics } from '../metrics'
+import type { ConcurrencyMetrics } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import { LegacyOwed } from './legacy-owed'
@@ -52,7 +52,11 @@ export interface ConcurrencyStages {
  * past the cap the same way, up to twice it, so a session opened while its calls fill the cap still
  * gets one.
  */
-export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics, upstreamTimeoutSeconds = 30): ConcurrencyStages {
+export function concurrencyStages(
+  limiter: ConcurrencyLimiter,
+  metrics: ConcurrencyMetrics,
+  upstreamTimeoutSeconds = 30,
+): ConcurrencyStages {
   const refusal: Refusal = {
     status: 429,
     decision: 'throttled',

@@ -1,3 +1,4 @@
+import type { Registry } from 'prom-client'
 import type { Server } from 'node:http'
 import type { Pool } from 'pg'
 import { adminRoutes } from '../admin/routes'
@@ -36,7 +37,14 @@ import { httpStage } from '../http/stage'
 import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import { createLogger, type Logger, RateLimitedLog } from '../log'
-import { Metrics, labelledNames } from '../metrics'
+import { AuditMetrics, labelledNames } from '../audit/metrics'
+import { RevocationMetrics } from '../auth/metrics'
+import { BudgetMetrics } from '../budget/metrics'
+import { ConcurrencyMetrics } from '../concurrency/metrics'
+import { metricsRegistry } from '../metrics-registry'
+import { SessionMetrics } from '../session/metrics'
+import { UpstreamMetrics } from '../upstream/metrics'
+import { ServerMetrics } from './metrics'
 import type { ReadinessCheck } from '../readiness'
 import type { Stage } from '../pipeline/stage'
 import { compilePolicy } from '../policy/compile'
@@ -73,7 +81,7 @@ export interface RunningGateway {
   /** http://host:port of the listener, https:// with tls (the real port when config asked for 0). */
   readonly url: string
   readonly server: Server
-  readonly metrics: Metrics
+  readonly metrics: GatewayMetrics
   readonly audit: AuditTrail
   /** The revocation list requests are judged against (memory, or the shared Postgres one). */
   readonly revocations: RevocationList
@@ -100,6 +108,32 @@ export interface RunningGateway {
   reloadCertificates(): boolean
 }
 
+/** Each feature's metrics, all registered on one registry: the one /metrics prints. */
+export interface GatewayMetrics {
+  readonly registry: Registry
+  readonly server: ServerMetrics
+  readonly audit: AuditMetrics
+  readonly budget: BudgetMetrics
+  readonly concurrency: ConcurrencyMetrics
+  readonly revocations: RevocationMetrics
+  readonly session: SessionMetrics
+  readonly upstream: UpstreamMetrics
+}
+
+function gatewayMetrics(processMetrics: boolean): GatewayMetrics {
+  const registry = metricsRegistry(processMetrics)
+  return {
+    registry,
+    server: new ServerMetrics(registry),
+    audit: new AuditMetrics(registry),
+    budget: new BudgetMetrics(registry),
+    concurrency: new ConcurrencyMetrics(registry),
+    revocations: new RevocationMetrics(registry),
+    session: new SessionMetrics(registry),
+    upstream: new UpstreamMetrics(registry),
+  }
+}
+
 /**
  * The composition root: turns a validated Config into a listening gateway. It only builds and wires
  * (adapters picked from config, costly work done before the first request); Lifecycle owns starting,
@@ -107,7 +141,7 @@ export interface RunningGateway {
  */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger(config.logLevel, { format: config.logFormat })
-  const metrics = new Metrics(options.processMetrics ?? false)
+  const metrics = gatewayMetrics(options.processMetrics ?? false)
   /** Released in reverse order of acquisition at shutdown, after the audit trail is flushed. */
   const closers: Closer[] = []
   const opened: Opened = { audit: null, revocations: null, admin: null, metrics: null }
@@ -163,7 +197,7 @@ async function wire(
   config: Config,
   options: GatewayOptions,
   log: Logger,
-  metrics: Metrics,
+  metrics: GatewayMetrics,
   closers: Closer[],
   opened: Opened,
   draining: () => boolean,
@@ -198,14 +232,14 @@ async function wire(
   const upstream = new Upstream(
     config.upstream,
     config.http.trustedProxies,
-    upstreamFailureReporter((kind) => metrics.upstreamError(kind), log, config.upstream.url),
+    upstreamFailureReporter((kind) => metrics.upstream.upstreamError(kind), log, config.upstream.url),
   )
   closers.push(() => upstream.destroy())
   for (const warning of configWarnings(config)) log.warn(warning)
   // Its first probe runs while the rest is wired, and is awaited below: the first /readyz already knows.
   const firstProbe = openUpstreamProbe(config, metrics, log, closers, readiness)
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
-  metrics.nameLabels(labelledNames(config.budget, config.policy))
+  metrics.audit.nameLabels(labelledNames(config.budget, config.policy))
   const stages = stageChain(config, { audit, authenticator, revocations, store, metrics, log, sessionClock: options.sessionClock })
   const gateway = new Gateway(
     stages.build(config),
@@ -230,7 +264,7 @@ async function wire(
     const restarted = store === null ? [] : restartedBuckets(current.budget, next.budget)
     current = { ...current, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals }
     gateway.replaceStages(stages.build(current), current.toolRefusals)
-    metrics.nameLabels(labelledNames(current.budget, current.policy))
+    metrics.audit.nameLabels(labelledNames(current.budget, current.policy))
     audit.reopen()
     log.info('configuration reloaded: budget, policy and tool_refusals apply to new requests; budget counts kept', {
       restart_needed_for: restartNeeded,
@@ -243,7 +277,7 @@ async function wire(
     return restartNeeded
   }
   const routes = localRoutes({
-    metrics,
+    metrics: metrics.server,
     readiness,
     isShuttingDown: draining,
     beforeMetrics: () => audit.observeQueues(),
@@ -295,7 +329,7 @@ interface StageParts {
   readonly authenticator: Authenticator
   readonly revocations: RevocationList
   readonly store: BudgetStore | null
-  readonly metrics: Metrics
+  readonly metrics: GatewayMetrics
   readonly log: Logger
   readonly sessionClock?: () => number
 }
@@ -306,7 +340,7 @@ function stageChain(config: Config, parts: StageParts): StageChain {
   // flight survive a reload (max_concurrent_per_identity itself is a restart key).
   const concurrency = concurrencyStages(
     new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity),
-    metrics,
+    metrics.concurrency,
     config.upstream.timeoutSeconds,
   )
   // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
@@ -314,9 +348,9 @@ function stageChain(config: Config, parts: StageParts): StageChain {
     httpStage(config.http),
     authStage(authenticator, config.auth),
     // On every request, a token answered from the token cache included: a revocation applies at once.
-    revocationStage(revocations, config.auth, () => metrics.revokedRequests.inc()),
+    revocationStage(revocations, config.auth, () => metrics.revocations.revokedRequests.inc()),
     // Before the body is read: a caller presenting a session another principal created gets 404.
-    ...sessionStages(config.limits, metrics, log, parts.sessionClock),
+    ...sessionStages(config.limits, metrics.session, log, parts.sessionClock),
     // Before the body is read: a capped caller cannot make the gateway buffer bodies without bound.
     concurrency.slot,
     pathStage(),
@@ -347,7 +381,7 @@ function stageChain(config: Config, parts: StageParts): StageChain {
   return {
     legacyStreams,
     build(cfg) {
-      const budget = store === null ? [] : [budgetStage(store, cfg.budget, metrics, log, budgetFailures)]
+      const budget = store === null ? [] : [budgetStage(store, cfg.budget, metrics.budget, log, budgetFailures)]
       const policy = policyStages(cfg, log, policies)
       // Policy judges first, so the budget stage knows a denied call (it charges only the caller's own
       // bucket), and its verdict is answered after the budget: a call over budget gets 429 (architecture.md, Principles).
@@ -370,10 +404,16 @@ function stageChain(config: Config, parts: StageParts): StageChain {
  * upstream_health_check: the probe of the upstream, its /readyz check and its metrics, or nothing when
  * it is off. Returns its first probe (which logs what it found). The closer stops its timer.
  */
-function openUpstreamProbe(config: Config, metrics: Metrics, log: Logger, closers: Closer[], readiness: ReadinessCheck[]): Promise<void> {
+function openUpstreamProbe(
+  config: Config,
+  metrics: GatewayMetrics,
+  log: Logger,
+  closers: Closer[],
+  readiness: ReadinessCheck[],
+): Promise<void> {
   const healthCheck = config.upstream.healthCheck
   if (healthCheck === null) return Promise.resolve()
-  const probe = new UpstreamProbe(healthCheck, config.upstream.url, log, metrics.upstreamProbeListener())
+  const probe = new UpstreamProbe(healthCheck, config.upstream.url, log, metrics.upstream.upstreamProbeListener())
   closers.push(() => probe.close())
   readiness.push(probe.readiness())
   return probe.start()
@@ -384,14 +424,14 @@ async function openAuditTrail(
   config: Config,
   postgres: OpenedPostgres | null,
   spill: AuditSpill | null,
-  metrics: Metrics,
+  metrics: GatewayMetrics,
   log: Logger,
   readiness: ReadinessCheck[],
 ): Promise<AuditTrail> {
   const writers: AuditWriter[] = []
   const queueing = {
     maxQueueEntries: config.audit.maxQueueEntries,
-    onDropped: (n: number, name: string) => metrics.auditDropped.labels(name).inc(n),
+    onDropped: (n: number, name: string) => metrics.audit.auditDropped.labels(name).inc(n),
   }
   if (config.audit.output !== null) {
     writers.push(new AuditWriter(await JsonlAuditSink.open(config.audit.output), log, queueing))
@@ -401,13 +441,13 @@ async function openAuditTrail(
     const pgWriter = new AuditWriter(new PostgresAuditSink(pool), log, {
       ...queueing,
       spill,
-      onSpilled: (n, name) => metrics.auditSpilled.labels(name).inc(n),
-      onRejected: (n, name) => metrics.auditRejected.labels(name).inc(n),
-      onReplayed: (n, name) => metrics.auditReplayed.labels(name).inc(n),
+      onSpilled: (n, name) => metrics.audit.auditSpilled.labels(name).inc(n),
+      onRejected: (n, name) => metrics.audit.auditRejected.labels(name).inc(n),
+      onReplayed: (n, name) => metrics.audit.auditReplayed.labels(name).inc(n),
     })
     writers.push(pgWriter)
     readiness.push(postgresReadiness(pool, { auditSpillPending: () => pgWriter.hasSpilled, notReady: () => bringUp.cause }))
-    metrics.observeAuditSpill(pgWriter.sink.name, [spill.path, spill.replayingPath])
+    metrics.audit.observeAuditSpill(pgWriter.sink.name, [spill.path, spill.replayingPath])
     // Entries spilled while the database was unreachable, or had no audit_entries table yet (a start
     // during an outage), go in once it is brought up rather than at the writer's next replay tick.
     bringUp.add({
@@ -417,18 +457,18 @@ async function openAuditTrail(
       },
     })
   }
-  for (const w of writers) metrics.auditQueueLimit.labels(w.sink.name).set(config.audit.maxQueueEntries)
-  return new AuditTrail(writers, metrics, log)
+  for (const w of writers) metrics.audit.auditQueueLimit.labels(w.sink.name).set(config.audit.maxQueueEntries)
+  return new AuditTrail(writers, metrics.audit, log)
 }
 
 /**
  * audit.retention_days: one replica at a time deletes old audit_entries rows in batches. Started by
  * a bring-up step (after the migrations: the table must exist), stopped by its closer before the pool ends.
  */
-function openAuditRetention(days: number, postgres: OpenedPostgres, metrics: Metrics, log: Logger, closers: Closer[]): void {
+function openAuditRetention(days: number, postgres: OpenedPostgres, metrics: GatewayMetrics, log: Logger, closers: Closer[]): void {
   const retention = auditRetention(postgres.pool, log, days, {
     onDeleted: (rows) => {
-      metrics.auditRetentionDeleted.inc(rows)
+      metrics.audit.auditRetentionDeleted.inc(rows)
       log.info('audit retention deleted old audit entries', { rows, retention_days: days })
     },
   })
@@ -441,14 +481,17 @@ function openAuditRetention(days: number, postgres: OpenedPostgres, metrics: Met
  * migrations have made it, then refreshed every 250 ms until its closer runs; empty and reported stale
  * until the first load), else this process's own list.
  */
-function openRevocations(postgres: OpenedPostgres | null, metrics: Metrics, log: Logger, closers: Closer[]): RevocationList {
+function openRevocations(postgres: OpenedPostgres | null, metrics: GatewayMetrics, log: Logger, closers: Closer[]): RevocationList {
   if (postgres === null) {
     const list = new MemoryRevocationList()
-    metrics.observeRevocations(() => list.stats())
+    metrics.revocations.observeRevocations(() => list.stats())
     return list
   }
-  const list = new PostgresRevocationList(postgres.pool, { log, onRefreshFailed: () => metrics.revocationRefreshFailures.inc() })
-  metrics.observeRevocations(() => list.stats())
+  const list = new PostgresRevocationList(postgres.pool, {
+    log,
+    onRefreshFailed: () => metrics.revocations.revocationRefreshFailures.inc(),
+  })
+  metrics.revocations.observeRevocations(() => list.stats())
   closers.push(() => list.close())
   postgres.bringUp.add({ name: 'revocation list', run: () => list.start() })
   return list
@@ -462,7 +505,7 @@ async function openBudgetStore(
   config: Config,
   postgres: OpenedPostgres | null,
   injected: BudgetStore | undefined,
-  metrics: Metrics,
+  metrics: GatewayMetrics,
   log: Logger,
   closers: Closer[],
 ): Promise<BudgetStore | null> {
@@ -593,7 +636,7 @@ async function launchPostgres(config: Config, postgres: OpenedPostgres, log: Log
 async function openPostgresBudget(
   postgres: OpenedPostgres,
   config: Config,
-  metrics: Metrics,
+  metrics: GatewayMetrics,
   log: Logger,
   closers: Closer[],
 ): Promise<BudgetStore> {
@@ -601,9 +644,9 @@ async function openPostgresBudget(
   const store = new PostgresBudgetStore(pool, {
     checkTimeoutMs: config.budget.checkTimeoutSeconds * 1000,
     log,
-    onRefunded: () => metrics.budgetRefunds.labels('late_verdict').inc(),
+    onRefunded: () => metrics.budget.budgetRefunds.labels('late_verdict').inc(),
   })
-  metrics.observeBudgetStore(() => store.stats())
+  metrics.budget.observeBudgetStore(() => store.stats())
   const reaper = new BudgetReaper(pool, log)
   closers.push(() => reaper.close())
   // The clock offset, then this replica's first heartbeat and its timer (a migrated schema first: the
