@@ -15,7 +15,7 @@ export function parseMessages(body: Buffer, limits: ScanLimits): ParseResult {
   return classifyScan(body, scanJson(body, limits))
 }
 
-/** Classifies what the scanner read (jsonrpc/scan.ts) of `body`. */
+/** Classifies what the scanner read (json/scan.ts) of `body`. */
 export function classifyScan(body: Buffer, scan: ScanResult): ParseResult {
   if (!scan.ok)
     return {

@@ -127,7 +127,7 @@ export function listFilterStage(state: ListFilterState): Stage {
      * carried its id, as it reads the id: the TypeScript SDK by value, the Python SDK by its text
      * (`1` and `"1"` are one id there). A call whose id any server could confuse with that of a list
      * call still running in the same session would receive that list on its own stream: refused
-     * (id-key.ts), as MCP forbids reusing an id within a session.
+     * (pipeline/id-key.ts), as MCP forbids reusing an id within a session.
      */
     run(ex: Exchange) {
       const session = ex.req.headers['mcp-session-id']
