@@ -16,10 +16,11 @@ const LOWER = {
   mcp: ['leaf', 'pipeline'],
   config: ['leaf', 'mcp'],
   postgres: ['leaf', 'config'],
+  net: ['leaf', 'config'],
   feature: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres'],
-  admin: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres', 'feature'],
-  server: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres', 'feature', 'admin'],
-  cli: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres', 'feature', 'admin', 'server'],
+  admin: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres', 'net', 'feature'],
+  server: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres', 'net', 'feature', 'admin'],
+  cli: ['leaf', 'json', 'pipeline', 'mcp', 'config', 'postgres', 'net', 'feature', 'admin', 'server'],
 }
 
 export default [
@@ -31,7 +32,7 @@ export default [
       'import/resolver': { node: { extensions: ['.ts'] } },
       'boundaries/elements': [
         { type: 'feature', pattern: `src/(${FEATURES.join('|')})`, capture: ['name'], partialMatch: false },
-        ...['json', 'pipeline', 'mcp', 'config', 'postgres', 'admin', 'server', 'cli'].map((type) => ({
+        ...['json', 'pipeline', 'mcp', 'config', 'postgres', 'net', 'admin', 'server', 'cli'].map((type) => ({
           type,
           pattern: `src/${type}`,
           partialMatch: false,
