@@ -50,6 +50,8 @@ export default [
             ...Object.entries(LOWER).map(([type, types]) => ({ from: { element: { type } }, allow: { to: { element: { types } } } })),
             // The entry point (the CLI's dispatch) may import anything.
             { from: { file: { path: '**/src/main.ts' } }, allow: { to: { element: { type: '*' } } } },
+            // The shape every feature's open() returns (feature.ts) names the Config a reload hands it.
+            { from: { file: { path: '**/src/feature.ts' } }, allow: { to: { element: { type: 'config' } } } },
           ],
         },
       ],
