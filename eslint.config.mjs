@@ -3,6 +3,7 @@
 import js from '@eslint/js'
 import prettier from 'eslint-config-prettier'
 import tseslint from 'typescript-eslint'
+import boundaries from './eslint.boundaries.mjs'
 
 export default tseslint.config(
   { ignores: ['dist/', 'node_modules/', 'coverage/', '**/*.js', '**/*.mjs'] },
@@ -20,5 +21,6 @@ export default tseslint.config(
       eqeqeq: ['error', 'always'],
     },
   },
+  ...boundaries,
   prettier,
 )

@@ -18,7 +18,7 @@ import type { BucketCharge, BucketKind } from '../src/budget/store'
 import { parseConfig } from '../src/config/load'
 import { parseMessages } from '../src/jsonrpc/parse'
 import { silentLogger } from '../src/log'
-import { Metrics } from '../src/metrics'
+import { BudgetMetrics } from '../src/budget/metrics'
 import { Exchange } from '../src/pipeline/exchange'
 import { TOOL_CALL_BODY, startBenchGateway, startRawUpstream, toolCallLoad } from './fixtures'
 import { type BenchSection, interleave, summarize } from './load'
@@ -131,7 +131,7 @@ function checkMicroseconds(charges: readonly BucketCharge[]): number {
  */
 async function stageMicroseconds(budget: object): Promise<number> {
   const config = parseConfig(`upstream: http://127.0.0.1:1\nauth: { mode: header }\nbudget: ${JSON.stringify(budget)}\n`, { env: {} })
-  const stage = budgetStage(new MemoryBudgetStore(), config.budget, new Metrics(), silentLogger())
+  const stage = budgetStage(new MemoryBudgetStore(), config.budget, new BudgetMetrics(), silentLogger())
   // The call as the JSON-RPC stage reads it: the loop breaker hashes the arguments at its byte range.
   const body = Buffer.from(TOOL_CALL_BODY)
   const parsed = parseMessages(body, config.limits)

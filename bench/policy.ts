@@ -8,7 +8,7 @@
  */
 import type { Effect, PolicyConfig, PolicyRule } from '../src/config/types'
 import { type CompiledPolicy, compilePolicy } from '../src/policy/compile'
-import { Glob } from '../src/policy/glob'
+import { Glob } from '../src/glob'
 import type { BenchRow, BenchSection } from './load'
 
 type Call = readonly [identity: string, tenant: string, method: string, target: string]

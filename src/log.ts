@@ -1,8 +1,16 @@
 import type { Writable } from 'node:stream'
 import winston from 'winston'
-import type { LogFormat, LogLevel } from './config/types'
 import { describeError } from './errors'
 import { UNSAFE_CHARACTERS, escapeControls } from './escape'
+
+/**
+ * The levels and formats the logger knows. The config offers the same values (`log_level`, `log_format`);
+ * they are spelt here so the logger imports nothing from config/, which itself logs.
+ */
+export type LogLevel = 'error' | 'warn' | 'info' | 'debug'
+
+/** `auto`: a human line per event when stderr is a terminal, else one JSON object per line. */
+export type LogFormat = 'auto' | 'json' | 'text'
 
 export type Logger = winston.Logger
 

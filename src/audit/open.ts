@@ -1,7 +1,7 @@
 import type { Config } from '../config/types'
 import type { Closer, Contribution } from '../feature'
 import type { Logger } from '../log'
-import type { Metrics } from '../metrics'
+import type { AuditMetrics } from './metrics'
 import type { Stage } from '../pipeline/stage'
 import type { ReadinessCheck } from '../readiness'
 import type { PostgresFeature } from '../postgres/open'
@@ -40,7 +40,7 @@ export async function openAudit(
   config: Config,
   postgres: PostgresFeature | null,
   spill: AuditSpill | null,
-  metrics: Metrics,
+  metrics: AuditMetrics,
   log: Logger,
 ): Promise<AuditFeature> {
   const writers: AuditWriter[] = []
@@ -92,7 +92,7 @@ export async function openAudit(
  * a bring-up step (after the migrations: the table must exist); returns its closer, which stops it
  * before the pool ends.
  */
-function openRetention(days: number, postgres: PostgresFeature, metrics: Metrics, log: Logger): Closer {
+function openRetention(days: number, postgres: PostgresFeature, metrics: AuditMetrics, log: Logger): Closer {
   const retention = auditRetention(postgres.pool, log, days, {
     onDeleted: (rows) => {
       metrics.auditRetentionDeleted.inc(rows)

@@ -1,7 +1,7 @@
 import { Client } from 'pg'
 import { describeError } from '../errors'
 import { DECISIONS, type Decision } from '../pipeline/exchange'
-import type { Glob } from '../policy/glob'
+import type { Glob } from '../glob'
 import type { AuditEntry } from './entry'
 import { type AuditFilter, AuditQueryError, type GroupColumn, type SummaryRow } from './query'
 

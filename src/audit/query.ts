@@ -1,5 +1,5 @@
 import { DECISIONS, type Decision } from '../pipeline/exchange'
-import { Glob } from '../policy/glob'
+import { Glob } from '../glob'
 import type { AuditEntry } from './entry'
 
 /**

@@ -1,5 +1,5 @@
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
-import { CALL_OUTCOMES, type Metrics } from '../metrics'
+import { type AuditMetrics, CALL_OUTCOMES } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { stateKey } from '../pipeline/state'
 import { type AuditEntry, auditEntries, entryCount, requestDecision } from './entry'
@@ -14,7 +14,7 @@ export class AuditTrail {
 
   constructor(
     readonly writers: readonly AuditWriter[],
-    private readonly metrics: Metrics,
+    private readonly metrics: AuditMetrics,
     log: Logger = silentLogger(),
   ) {
     this.warn = new RateLimitedLog(log)

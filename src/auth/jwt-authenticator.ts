@@ -2,7 +2,7 @@ import { type JWTPayload, type JWTVerifyOptions, decodeProtectedHeader, errors, 
 import type { JwtConfig } from '../config/types'
 import { WardlineError, describeError } from '../errors'
 import type { Logger } from '../log'
-import { rawHeaderCount } from '../http/raw-headers'
+import { rawHeaderCount } from '../raw-headers'
 import type { Exchange } from '../pipeline/exchange'
 import { type VerificationKeys, loadKeys } from './keys'
 import { DEFAULT_TENANT, checkPrincipal } from './principal'

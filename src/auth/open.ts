@@ -1,7 +1,7 @@
 import type { Config } from '../config/types'
 import type { Closer, Contribution } from '../feature'
 import type { Logger } from '../log'
-import type { Metrics } from '../metrics'
+import type { RevocationMetrics } from './metrics'
 import type { Stage } from '../pipeline/stage'
 import type { PostgresFeature } from '../postgres/open'
 import { HeaderAuthenticator } from './header-authenticator'
@@ -21,7 +21,7 @@ export interface AuthFeature extends Contribution {
 }
 
 /** The authenticator auth.mode names, and the revocation list (shared through Postgres when it is on). */
-export async function openAuth(config: Config, postgres: PostgresFeature | null, metrics: Metrics, log: Logger): Promise<AuthFeature> {
+export async function openAuth(config: Config, postgres: PostgresFeature | null, metrics: RevocationMetrics, log: Logger): Promise<AuthFeature> {
   const authenticator = await openAuthenticator(config, log)
   const closers: Closer[] = [() => authenticator.close?.()]
   const revocations = openRevocations(postgres, metrics, log, closers)
@@ -49,7 +49,7 @@ async function openAuthenticator(config: Config, log: Logger): Promise<Authentic
  * migrations have made it, then refreshed every 250 ms until its closer runs; empty and reported stale
  * until the first load), else this process's own list.
  */
-function openRevocations(postgres: PostgresFeature | null, metrics: Metrics, log: Logger, closers: Closer[]): RevocationList {
+function openRevocations(postgres: PostgresFeature | null, metrics: RevocationMetrics, log: Logger, closers: Closer[]): RevocationList {
   if (postgres === null) {
     const list = new MemoryRevocationList()
     metrics.observeRevocations(() => list.stats())

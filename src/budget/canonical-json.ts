@@ -1,5 +1,5 @@
 import { type Hash, createHash, hash as hashOnce } from 'node:crypto'
-import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../json/json-bytes'
 import { ByteSink } from './byte-sink'
 import { writeCanonicalNumber } from './canonical-number'
 

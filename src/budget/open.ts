@@ -1,7 +1,7 @@
 import type { BudgetConfig, Config } from '../config/types'
 import type { Closer, Contribution } from '../feature'
 import { type Logger, RateLimitedLog } from '../log'
-import type { Metrics } from '../metrics'
+import type { BudgetMetrics } from './metrics'
 import type { Stage } from '../pipeline/stage'
 import type { PostgresFeature } from '../postgres/open'
 import { BudgetReaper } from '../postgres/reaper'
@@ -29,7 +29,7 @@ export async function openBudget(
   config: Config,
   postgres: PostgresFeature | null,
   injected: BudgetStore | undefined,
-  metrics: Metrics,
+  metrics: BudgetMetrics,
   log: Logger,
 ): Promise<BudgetFeature | null> {
   if (!config.features.budgetEnforcement) {
@@ -89,7 +89,7 @@ export async function openBudget(
 async function openPostgresBudget(
   postgres: PostgresFeature,
   config: Config,
-  metrics: Metrics,
+  metrics: BudgetMetrics,
   log: Logger,
   closers: Closer[],
 ): Promise<BudgetStore> {

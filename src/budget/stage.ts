@@ -2,7 +2,7 @@ import type { BudgetConfig } from '../config/types'
 import { withDeadline } from '../deadline'
 import { WardlineError, describeError } from '../errors'
 import { type Logger, RateLimitedLog } from '../log'
-import type { Metrics } from '../metrics'
+import type { BudgetMetrics } from './metrics'
 import type { Exchange, RpcCall } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { stateKey } from '../pipeline/state'
@@ -68,7 +68,7 @@ const RECEIPT = stateKey<Receipt | null>('budget.receipt', null)
 export function budgetStage(
   store: BudgetStore,
   config: BudgetConfig,
-  metrics: Metrics,
+  metrics: BudgetMetrics,
   log: Logger,
   options: BudgetStageOptions = {},
 ): Stage {

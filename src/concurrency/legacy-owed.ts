@@ -1,6 +1,6 @@
 import type { Exchange } from '../pipeline/exchange'
 import { stateKey } from '../pipeline/state'
-import { idKey } from '../policy/id-key'
+import { idKey } from '../pipeline/id-key'
 import type { ConcurrencyLimiter } from './limiter'
 import { endpointParameters } from '../mcp/legacy-endpoint'
 

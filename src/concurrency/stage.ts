@@ -1,10 +1,10 @@
-import type { Metrics } from '../metrics'
+import type { ConcurrencyMetrics } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import { stateKey } from '../pipeline/state'
 import { LegacyOwed } from './legacy-owed'
 import { ConcurrencyLimiter, concurrencyKey } from './limiter'
-import { SUBSCRIPTIONS_LISTEN } from '../jsonrpc/mcp-headers'
+import { SUBSCRIPTIONS_LISTEN } from '../mcp/streams'
 
 /**
  * How many POST bodies of one identity may be read at once past its cap, to find out whether they
@@ -61,7 +61,11 @@ export interface ConcurrencyStages {
  * past the cap the same way, up to twice it, so a session opened while its calls fill the cap still
  * gets one.
  */
-export function concurrencyStages(limiter: ConcurrencyLimiter, metrics: Metrics, upstreamTimeoutSeconds = 30): ConcurrencyStages {
+export function concurrencyStages(
+  limiter: ConcurrencyLimiter,
+  metrics: ConcurrencyMetrics,
+  upstreamTimeoutSeconds = 30,
+): ConcurrencyStages {
   const refusal: Refusal = {
     status: 429,
     decision: 'throttled',

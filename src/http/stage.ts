@@ -1,5 +1,5 @@
 import type { HttpConfig } from '../config/types'
-import { rawHeaderCount } from './raw-headers'
+import { rawHeaderCount } from '../raw-headers'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 

@@ -1,20 +1,14 @@
 import type { IncomingMessage } from 'node:http'
-import { rawHeaderCount } from '../http/raw-headers'
+import { rawHeaderCount } from '../raw-headers'
 import type { Exchange, RpcCall } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
-import { quoted } from './resource-uri'
+import { quoted } from '../mcp/resource-uri'
 
 /**
  * JSON-RPC code for headers that disagree with the body (MCP 2026-07-28, Streamable HTTP, "Server
  * Validation": `HeaderMismatch`, with HTTP 400).
  */
 export const HEADER_MISMATCH = -32020
-
-/**
- * MCP 2026-07-28 ("Subscriptions"): a request whose answer is an SSE stream that stays open and carries
- * change notifications until the client closes it. It replaces the standalone GET stream.
- */
-export const SUBSCRIPTIONS_LISTEN = 'subscriptions/listen'
 
 /** The methods whose Mcp-Name the revision requires (Streamable HTTP, "Standard Request Headers"). */
 const NAME_REQUIRED = new Set(['tools/call', 'resources/read', 'prompts/get'])
@@ -62,17 +56,6 @@ export function mcpHeadersStage(): Stage {
       return headerProblem(ex, joined(method), joined(name)) ?? CONTINUE
     },
   }
-}
-
-/**
- * True for a request whose answer is a stream that stays open as long as the client listens: a GET
- * (the standalone SSE stream of earlier revisions, legacy /sse) or a lone subscriptions/listen request.
- * The upstream gives such requests a connection outside the bounded call pool (upstream/forward.ts).
- */
-export function isStream(ex: Exchange): boolean {
-  if (ex.req.method === 'GET') return true
-  const call = ex.single
-  return call !== null && call.method === SUBSCRIPTIONS_LISTEN && call.id !== undefined
 }
 
 function headerProblem(ex: Exchange, method: string | undefined, name: string | undefined): Refusal | null {

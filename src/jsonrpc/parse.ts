@@ -1,9 +1,9 @@
 import { COMPLETION_REFS, isGatedMethod } from '../mcp/methods'
 import { type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { INVALID_REQUEST, PARSE_ERROR } from '../pipeline/stage'
-import { quoted, resourceTemplateProblem, resourceUriProblem } from './resource-uri'
-import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from './scan'
-import { OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-bytes'
+import { quoted, resourceTemplateProblem, resourceUriProblem } from '../mcp/resource-uri'
+import { MAX_MEMBERS, type Member, type ScanLimits, type ScanResult, type ScannedMessage, plainText, scanJson } from '../json/scan'
+import { OPEN_ARRAY, OPEN_OBJECT, QUOTE } from '../json/json-bytes'
 
 export type ParseResult = { ok: true; calls: RpcCall[]; batch: boolean } | { ok: false; code: number; id: JsonRpcId; reason: string }
 
@@ -15,7 +15,7 @@ export function parseMessages(body: Buffer, limits: ScanLimits): ParseResult {
   return classifyScan(body, scanJson(body, limits))
 }
 
-/** Classifies what the scanner read (jsonrpc/scan.ts) of `body`. */
+/** Classifies what the scanner read (json/scan.ts) of `body`. */
 export function classifyScan(body: Buffer, scan: ScanResult): ParseResult {
   if (!scan.ok)
     return {

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http'
 import type { Exchange } from '../pipeline/exchange'
 import type { Refusal } from '../pipeline/stage'
-import { sseMessageEvent, writeLocalBody } from './reply'
+import { sseMessageEvent, writeLocalBody } from '../pipeline/reply'
 
 /**
  * `tool_refusals: result`: a refused tools/call answered the way MCP reports a tool error the model

@@ -3,7 +3,7 @@ import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, PARSE_ERROR, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { type ParseResult, classifyScan } from './parse'
 import { BODY_CUT_OFF, type BodyResult, readBody } from './read-body'
-import { JsonScanner, type ScanLimits } from './scan'
+import { JsonScanner, type ScanLimits } from '../json/scan'
 
 export interface JsonRpcLimits extends ScanLimits {
   readonly maxBodyBytes: number

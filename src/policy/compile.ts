@@ -1,6 +1,6 @@
 import { GATED_METHODS } from '../mcp/methods'
 import type { Effect, PolicyConfig, PolicyRule } from '../config/types'
-import { Glob } from './glob'
+import { Glob } from '../glob'
 
 /** The three things a rule names besides its method, in the order the lookup maps nest them. */
 const IDENTITY = 0

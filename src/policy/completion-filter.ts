@@ -1,5 +1,5 @@
-import { resourceUriProblem } from '../jsonrpc/resource-uri'
-import { idKey } from './id-key'
+import { resourceUriProblem } from '../mcp/resource-uri'
+import { idKey } from '../pipeline/id-key'
 import { type Encoder, UriTemplate, rawEncode, rfc6570Encode, sdkEncode } from './uri-template'
 
 /**
@@ -15,7 +15,7 @@ import { type Encoder, UriTemplate, rawEncode, rfc6570Encode, sdkEncode } from '
  *
  * Clients expand templates in more than one way (RFC 6570's encoding, the official SDK's
  * encodeURIComponent, or none at all), so a value is kept only if the URI is allowed under each, and
- * the RFC 6570 one is a URI the gateway would let the caller read (normal form, jsonrpc/resource-uri.ts).
+ * the RFC 6570 one is a URI the gateway would let the caller read (normal form, mcp/resource-uri.ts).
  */
 
 /** The request a completion answer answers, as far as the filter needs it. */
@@ -80,7 +80,7 @@ export function completionRequests(body: Buffer | null): CompletionRequest[] {
   return out
 }
 
-/** The completion requests of `requests` an answer with this id may answer (its id read as a server would, id-key.ts). */
+/** The completion requests of `requests` an answer with this id may answer (its id read as a server would, pipeline/id-key.ts). */
 export function requestsWithId(requests: readonly CompletionRequest[], id: unknown): CompletionRequest[] {
   const key = keyOf(id)
   return requests.filter((r) => keyOf(r.id) === key)
@@ -145,7 +145,7 @@ function keeps(request: CompletionRequest, value: unknown, allowed: (parts: read
   return true
 }
 
-/** Ids matched as a server would route the answer (id-key.ts): an answer to `1` may come back as `"1"`. */
+/** Ids matched as a server would route the answer (pipeline/id-key.ts): an answer to `1` may come back as `"1"`. */
 export function keyOf(id: unknown): string {
   return idKey(typeof id === 'string' || typeof id === 'number' ? id : null)
 }

@@ -1,5 +1,5 @@
-import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../jsonrpc/json-bytes'
-import { resourceTemplateProblem, resourceUriProblem } from '../jsonrpc/resource-uri'
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../json/json-bytes'
+import { resourceTemplateProblem, resourceUriProblem } from '../mcp/resource-uri'
 import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import { stateKey } from '../pipeline/state'
@@ -13,7 +13,7 @@ import {
   mayHoldCompletion,
   requestsWithId,
 } from './completion-filter'
-import { idKey } from './id-key'
+import { idKey } from '../pipeline/id-key'
 import { endpointParameters } from '../mcp/legacy-endpoint'
 
 /**
@@ -130,7 +130,7 @@ export function listFilterStage(state: ListFilterState): Stage {
      * carried its id, as it reads the id: the TypeScript SDK by value, the Python SDK by its text
      * (`1` and `"1"` are one id there). A call whose id any server could confuse with that of a list
      * call still running in the same session would receive that list on its own stream: refused
-     * (id-key.ts), as MCP forbids reusing an id within a session.
+     * (pipeline/id-key.ts), as MCP forbids reusing an id within a session.
      */
     run(ex: Exchange) {
       const session = ex.req.headers['mcp-session-id']

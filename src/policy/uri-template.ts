@@ -1,4 +1,4 @@
-import { VARSPEC } from '../jsonrpc/resource-uri'
+import { VARSPEC } from '../mcp/resource-uri'
 
 /**
  * RFC 6570 URI Template expansion (levels 1–4, string values), for judging a completion value as the

@@ -9,7 +9,7 @@ import { httpStage } from '../http/stage'
 import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
 import { jsonRpcStage } from '../jsonrpc/stage'
 import type { Logger } from '../log'
-import type { Metrics } from '../metrics'
+import type { GatewayMetrics } from './compose'
 import type { Stage } from '../pipeline/stage'
 import { compilePolicy } from '../policy/compile'
 import { type ListFilterState, listFilterStage, listFilterState } from '../policy/list-filter'
@@ -64,7 +64,7 @@ export interface SharedFeatures {
 export function sharedStages(
   config: Config,
   features: SharedFeatures,
-  metrics: Metrics,
+  metrics: GatewayMetrics,
   log: Logger,
   sessionClock?: () => number,
 ): SharedStages {
@@ -73,11 +73,11 @@ export function sharedStages(
     http: httpStage(config.http),
     auth: auth.auth,
     revocation: auth.revocation,
-    sessions: sessionStages(config.limits, metrics, log, sessionClock),
+    sessions: sessionStages(config.limits, metrics.session, log, sessionClock),
     // One limiter for the process, so the counts of requests in flight survive a reload
     // (max_concurrent_per_identity itself is a restart key). What a legacy POST owes its stream is
     // bounded by the upstream's timeout: the one upstream's, while there is one route.
-    concurrency: concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics, config.upstream.timeoutSeconds),
+    concurrency: concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics.concurrency, config.upstream.timeoutSeconds),
     path: pathStage(),
     jsonrpc: jsonRpcStage(config.limits),
     mcpHeaders: mcpHeadersStage(),

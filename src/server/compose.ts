@@ -10,7 +10,15 @@ import type { Config } from '../config/types'
 import { configWarnings } from '../config/warnings'
 import { Contributions } from '../feature'
 import { createLogger, type Logger } from '../log'
-import { Metrics, labelledNames } from '../metrics'
+import type { Registry } from 'prom-client'
+import { AuditMetrics, labelledNames } from '../audit/metrics'
+import { RevocationMetrics } from '../auth/metrics'
+import { BudgetMetrics } from '../budget/metrics'
+import { ConcurrencyMetrics } from '../concurrency/metrics'
+import { metricsRegistry } from '../metrics-registry'
+import { SessionMetrics } from '../session/metrics'
+import { UpstreamMetrics } from '../upstream/metrics'
+import { ServerMetrics } from './metrics'
 import { readTlsFiles } from '../net/tls'
 import { openPostgres, postgresStorageOn } from '../postgres/open'
 import { routeOf, sharedStages } from './chain'
@@ -34,7 +42,7 @@ export interface RunningGateway {
   /** http://host:port of the listener, https:// with tls (the real port when config asked for 0). */
   readonly url: string
   readonly server: Server
-  readonly metrics: Metrics
+  readonly metrics: GatewayMetrics
   readonly audit: AuditTrail
   /** The revocation list requests are judged against (memory, or the shared Postgres one). */
   readonly revocations: RevocationList
@@ -61,6 +69,32 @@ export interface RunningGateway {
   reloadCertificates(): boolean
 }
 
+/** Each feature's metrics, all registered on one registry: the one /metrics prints. */
+export interface GatewayMetrics {
+  readonly registry: Registry
+  readonly server: ServerMetrics
+  readonly audit: AuditMetrics
+  readonly budget: BudgetMetrics
+  readonly concurrency: ConcurrencyMetrics
+  readonly revocations: RevocationMetrics
+  readonly session: SessionMetrics
+  readonly upstream: UpstreamMetrics
+}
+
+export function gatewayMetrics(processMetrics: boolean): GatewayMetrics {
+  const registry = metricsRegistry(processMetrics)
+  return {
+    registry,
+    server: new ServerMetrics(registry),
+    audit: new AuditMetrics(registry),
+    budget: new BudgetMetrics(registry),
+    concurrency: new ConcurrencyMetrics(registry),
+    revocations: new RevocationMetrics(registry),
+    session: new SessionMetrics(registry),
+    upstream: new UpstreamMetrics(registry),
+  }
+}
+
 /**
  * The composition root: turns a validated Config into a listening gateway. It only folds features
  * together: each opens itself from its own folder (`<folder>/open.ts`) and returns what it contributes
@@ -69,7 +103,7 @@ export interface RunningGateway {
  */
 export async function startGateway(config: Config, options: GatewayOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger(config.logLevel, { format: config.logFormat })
-  const metrics = new Metrics(options.processMetrics ?? false)
+  const metrics = gatewayMetrics(options.processMetrics ?? false)
   const features = new Contributions()
   const trail: { audit: AuditTrail | null } = { audit: null }
   let lifecycle: Lifecycle | null = null
@@ -127,7 +161,7 @@ async function wire(
   config: Config,
   options: GatewayOptions,
   log: Logger,
-  metrics: Metrics,
+  metrics: GatewayMetrics,
   features: Contributions,
   trail: { audit: AuditTrail | null },
   draining: () => boolean,
@@ -142,31 +176,31 @@ async function wire(
   const spill = openAuditSpill(config, postgresStorageOn(config))
   const postgres = await openPostgres(config, log)
   if (postgres !== null) features.add(postgres)
-  const audit = features.add(await openAudit(config, postgres, spill, metrics, log))
+  const audit = features.add(await openAudit(config, postgres, spill, metrics.audit, log))
   trail.audit = audit.trail
-  const budget = await openBudget(config, postgres, options.budgetStore, metrics, log)
+  const budget = await openBudget(config, postgres, options.budgetStore, metrics.budget, log)
   if (budget !== null) features.add(budget)
   // Before the routes (its stages follow the listener's checks) and handed to the admin listener when there is one.
-  const auth = features.add(await openAuth(config, postgres, metrics, log))
+  const auth = features.add(await openAuth(config, postgres, metrics.revocations, log))
   // After every Postgres user, so its closer runs before theirs: no step starts a reaper or a
   // heartbeat after its closer ran.
   if (postgres !== null) features.add(await postgres.launch())
   for (const warning of configWarnings(config)) log.warn(warning)
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
-  metrics.nameLabels(labelledNames(config.budget, config.policy))
+  metrics.audit.nameLabels(labelledNames(config.budget, config.policy))
   const shared = sharedStages(config, { auth, audit, budget }, metrics, log, options.sessionClock)
   // The one route: today's single upstream. Its probe's first run goes on while the rest is wired.
-  const route = features.add(openRoute(routeOf(config), config, shared, audit.trail, metrics, log))
+  const route = features.add(openRoute(routeOf(config), config, shared, audit.trail, metrics.upstream, log))
   const reloader = new Reloader(config, {
     log,
     swap: (current) => {
       route.reload(routeOf(current))
-      metrics.nameLabels(labelledNames(current.budget, current.policy))
+      metrics.audit.nameLabels(labelledNames(current.budget, current.policy))
     },
     onReload: (before, after) => features.onReload(before, after),
   })
   const routes = localRoutes({
-    metrics,
+    metrics: metrics.server,
     readiness: features.readiness,
     isShuttingDown: draining,
     beforeMetrics: () => audit.trail.observeQueues(),

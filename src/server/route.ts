@@ -2,7 +2,7 @@ import type { AuditTrail } from '../audit/trail'
 import type { Config } from '../config/types'
 import type { Contribution } from '../feature'
 import type { Logger } from '../log'
-import type { Metrics } from '../metrics'
+import type { UpstreamMetrics } from '../upstream/metrics'
 import { openUpstream } from '../upstream/open'
 import { type RouteConfig, type SharedStages, buildChain, routeStages } from './chain'
 import { Gateway } from './gateway'
@@ -26,7 +26,7 @@ export function openRoute(
   config: Config,
   shared: SharedStages,
   audit: AuditTrail,
-  metrics: Metrics,
+  metrics: UpstreamMetrics,
   log: Logger,
 ): RouteFeature {
   const opened = openUpstream(route.upstream, config.http.trustedProxies, metrics, log)

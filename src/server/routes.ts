@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { ResourceMetadata } from '../config/types'
-import type { Metrics } from '../metrics'
+import type { ServerMetrics } from './metrics'
 import { type ReadinessCheck, SharedReadiness } from '../readiness'
 
 export interface LocalRoutes {
@@ -11,7 +11,7 @@ export interface LocalRoutes {
 }
 
 export interface RouteDeps {
-  readonly metrics: Metrics
+  readonly metrics: ServerMetrics
   /** Read once, when localRoutes is called: every check must be in it by then. */
   readonly readiness: readonly ReadinessCheck[]
   readonly isShuttingDown: () => boolean

@@ -1,6 +1,6 @@
 import type { Config } from '../config/types'
 import { type Logger, RateLimitedLog } from '../log'
-import type { Metrics } from '../metrics'
+import type { SessionMetrics } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { type StateKey, stateKey } from '../pipeline/state'
@@ -144,7 +144,7 @@ function isSessionParameter(name: string): boolean {
  * reload reuses them), so sessions created before a reload stay bound after it. `now`: the clock
  * bindings idle by (tests inject one).
  */
-export function sessionStages(limits: Config['limits'], metrics: Metrics, log: Logger, now: () => number = Date.now): Stage[] {
+export function sessionStages(limits: Config['limits'], metrics: SessionMetrics, log: Logger, now: () => number = Date.now): Stage[] {
   const warnings = new RateLimitedLog(log)
   const onEvicted = (cause: Eviction): void => {
     metrics.sessionBindingsEvicted.labels(cause).inc()

@@ -1,4 +1,4 @@
-import { sseMessageEvent } from '../jsonrpc/reply'
+import { sseMessageEvent } from '../pipeline/reply'
 import { endpointParameters } from '../mcp/legacy-endpoint'
 import type { Exchange } from '../pipeline/exchange'
 import { CONTINUE, type Stage } from '../pipeline/stage'

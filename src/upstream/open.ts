@@ -1,7 +1,7 @@
 import type { UpstreamConfig } from '../config/types'
 import type { Closer, Contribution } from '../feature'
 import type { Logger } from '../log'
-import type { Metrics } from '../metrics'
+import type { UpstreamMetrics } from './metrics'
 import type { ReadinessCheck } from '../readiness'
 import { upstreamFailureReporter } from './failures'
 import { Upstream } from './forward'
@@ -19,7 +19,7 @@ export interface UpstreamFeature extends Contribution {
  * chain is extended rather than replaced on the way there. The probe's first run starts now, while the
  * rest is wired; awaiting `firstProbe` before listening makes the first /readyz already know.
  */
-export function openUpstream(config: UpstreamConfig, trustedProxies: readonly string[], metrics: Metrics, log: Logger): UpstreamFeature {
+export function openUpstream(config: UpstreamConfig, trustedProxies: readonly string[], metrics: UpstreamMetrics, log: Logger): UpstreamFeature {
   const upstream = new Upstream(
     config,
     trustedProxies,

@@ -7,7 +7,7 @@ import { RETENTION_LOCK, auditRetention } from '../../src/audit/retention'
 import { parseConfig } from '../../src/config/load'
 import { keysNeedingRestart } from '../../src/config/restart-keys'
 import { silentLogger } from '../../src/log'
-import { Metrics } from '../../src/metrics'
+import { AuditMetrics } from '../../src/audit/metrics'
 import { migrate } from '../../src/postgres/migrate'
 import { type TestDatabase, freshDatabase, testPool } from '../helpers/postgres'
 
@@ -110,7 +110,7 @@ test('retention and the budget reaper have their own locks: one never skips for 
 })
 
 test('the metric is exported', async () => {
-  const metrics = new Metrics()
+  const metrics = new AuditMetrics()
   metrics.auditRetentionDeleted.inc(3)
   expect(await metrics.registry.metrics()).toMatch(/^wardline_audit_retention_deleted_total 3$/m)
 })

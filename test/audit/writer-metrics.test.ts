@@ -5,7 +5,7 @@ import type { AuditSink } from '../../src/audit/sink'
 import { AuditSpill } from '../../src/audit/spill'
 import { AuditWriter } from '../../src/audit/writer'
 import { silentLogger } from '../../src/log'
-import { Metrics } from '../../src/metrics'
+import { AuditMetrics } from '../../src/audit/metrics'
 import { tempDir } from '../helpers/harness'
 import { auditEntry } from '../helpers/audit-entry'
 
@@ -29,14 +29,14 @@ class ToggleSink implements AuditSink {
 }
 
 /** The value of a counter for one sink, as /metrics would show it. */
-async function counted(metrics: Metrics, name: string, sink: string): Promise<number> {
+async function counted(metrics: AuditMetrics, name: string, sink: string): Promise<number> {
   const metric = metrics.registry.getSingleMetric(name)
   if (metric === undefined) throw new Error(`no metric ${name}`)
   return (await metric.get()).values.find((v) => v.labels.sink === sink)?.value ?? 0
 }
 
 test('spilled, replayed, rejected and dropped entries are reported through the callbacks into their metrics', async () => {
-  const metrics = new Metrics()
+  const metrics = new AuditMetrics()
   const sink = new ToggleSink()
   const spill = new AuditSpill(join(tempDir(), 'audit-spill.jsonl'))
   // What compose.ts wires for the Postgres writer.

@@ -1,7 +1,7 @@
 import { ConcurrencyLimiter, concurrencyKey } from '../../src/concurrency/limiter'
 import { PENDING, PENDING_BODIES, SLOT, concurrencyStages } from '../../src/concurrency/stage'
 import { parseMessages } from '../../src/jsonrpc/parse'
-import { Metrics } from '../../src/metrics'
+import { ConcurrencyMetrics } from '../../src/concurrency/metrics'
 import { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Refusal } from '../../src/pipeline/stage'
 
@@ -72,7 +72,7 @@ describe('concurrencyStages', () => {
 
   test('takes a slot, records its key on the Exchange, and refuses past the limit with a 429 that says which limit', async () => {
     const limiter = new ConcurrencyLimiter(1)
-    const metrics = new Metrics()
+    const metrics = new ConcurrencyMetrics()
     const { slot } = concurrencyStages(limiter, metrics)
     const first = exchange('alice')
     expect(slot.run(first)).toBe(CONTINUE)
@@ -97,14 +97,14 @@ describe('concurrencyStages', () => {
   test('a request without a principal (a CORS preflight) takes no slot', () => {
     const limiter = new ConcurrencyLimiter(1)
     const ex = exchange(null)
-    expect(concurrencyStages(limiter, new Metrics()).slot.run(ex)).toBe(CONTINUE)
+    expect(concurrencyStages(limiter, new ConcurrencyMetrics()).slot.run(ex)).toBe(CONTINUE)
     expect(ex.get(SLOT)).toBeNull()
     expect(limiter.size).toBe(0)
   })
 
   test('past the cap, a few POSTs get a pending slot to have their body read; the next is refused before its body', () => {
     const limiter = new ConcurrencyLimiter(1)
-    const { slot } = concurrencyStages(limiter, new Metrics())
+    const { slot } = concurrencyStages(limiter, new ConcurrencyMetrics())
     expect(slot.run(post())).toBe(CONTINUE)
     const pending = Array.from({ length: PENDING_BODIES }, () => post())
     for (const ex of pending) {
@@ -119,7 +119,7 @@ describe('concurrencyStages', () => {
 
   test('a call read on a pending slot is refused and gives it back; an initialize becomes a slot up to twice the cap', () => {
     const limiter = new ConcurrencyLimiter(1)
-    const { slot, verdict } = concurrencyStages(limiter, new Metrics())
+    const { slot, verdict } = concurrencyStages(limiter, new ConcurrencyMetrics())
     const key = concurrencyKey('acme', 'alice')
     expect(slot.run(post())).toBe(CONTINUE)
     const refused = post()
@@ -144,7 +144,7 @@ describe('concurrencyStages', () => {
 
   test('a call read on a pending slot takes a slot that freed while its body arrived', () => {
     const limiter = new ConcurrencyLimiter(1)
-    const { slot, verdict } = concurrencyStages(limiter, new Metrics())
+    const { slot, verdict } = concurrencyStages(limiter, new ConcurrencyMetrics())
     const first = post()
     expect(slot.run(first)).toBe(CONTINUE)
     const second = post()
@@ -160,7 +160,7 @@ describe('concurrencyStages', () => {
 
   test("a client's responses and notifications are never refused and, once read, hold no slot", () => {
     const limiter = new ConcurrencyLimiter(1)
-    const { slot, verdict } = concurrencyStages(limiter, new Metrics())
+    const { slot, verdict } = concurrencyStages(limiter, new ConcurrencyMetrics())
     const key = concurrencyKey('acme', 'alice')
     const below = post()
     expect(slot.run(below)).toBe(CONTINUE)
@@ -186,7 +186,7 @@ describe('concurrencyStages', () => {
 
   test('a GET stream goes past the cap up to twice it', () => {
     const limiter = new ConcurrencyLimiter(2)
-    const { slot } = concurrencyStages(limiter, new Metrics())
+    const { slot } = concurrencyStages(limiter, new ConcurrencyMetrics())
     for (let i = 0; i < 2; i++) expect(slot.run(post())).toBe(CONTINUE)
     expect(slot.run(exchange('alice', 'acme', 'GET'))).toBe(CONTINUE)
     expect(slot.run(exchange('alice', 'acme', 'GET'))).toBe(CONTINUE)

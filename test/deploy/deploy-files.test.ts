@@ -8,7 +8,7 @@ import { asPromql, exportedNames, metricNames, promqlErrors } from './promql'
 
 /**
  * The shipped dashboard and alert rules are checked against a real gateway's /metrics: a metric
- * renamed in src/metrics.ts, or a typo in a query, fails here rather than as an empty panel or an
+ * renamed in a feature's metrics.ts, or a typo in a query, fails here rather than as an empty panel or an
  * alert that never fires.
  */
 const ROOT = join(__dirname, '..', '..')

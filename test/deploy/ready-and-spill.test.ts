@@ -1,7 +1,7 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Pool } from 'pg'
-import { Metrics } from '../../src/metrics'
+import { ServerMetrics } from '../../src/server/metrics'
 import type { ReadinessCheck } from '../../src/readiness'
 import { localRoutes } from '../../src/server/routes'
 import { MCP_HEADERS, as, metricSample, startHarness, tempDir, toolCall } from '../helpers/harness'
@@ -106,7 +106,7 @@ test('a scrape asks the same shared checks as /readyz: 50 scrapes and 50 probes 
     },
   }
   let now = 0
-  const metrics = new Metrics()
+  const metrics = new ServerMetrics()
   const routes = localRoutes({
     metrics,
     readiness: [database],

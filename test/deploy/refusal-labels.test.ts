@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { dirname } from 'node:path'
-import { MAX_LABELLED_NAMES, Metrics, labelValue, labelledNames } from '../../src/metrics'
+import { AuditMetrics, MAX_LABELLED_NAMES, labelValue, labelledNames } from '../../src/audit/metrics'
 import type { AuditEntry } from '../../src/audit/entry'
 import { startRawUpstream } from '../e2e/raw-upstream'
 import { type Harness, MCP_HEADERS, type MetricSampleLine, as, configFrom, metricSamples, startHarness, toolCall } from '../helpers/harness'
@@ -219,7 +219,7 @@ describe('labelledNames and labelValue', () => {
   })
 
   test('counts carry over for names a reload keeps, and a dropped name stops printing', async () => {
-    const m = new Metrics()
+    const m = new AuditMetrics()
     m.nameLabels({ tenants: ['a', 'b'], tools: [] })
     m.countEntry('deny', 'a', 't')
     m.countEntry('deny', 'b', 't')

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { CALL_OUTCOMES, Metrics } from '../../src/metrics'
+import { AuditMetrics, CALL_OUTCOMES } from '../../src/audit/metrics'
 import { asPromql, metricNames, promqlErrors } from './promql'
 
 /**
@@ -35,7 +35,7 @@ test('the row holds the four panels, below every other panel', () => {
 })
 
 test('each query parses and reads only the forwarded-call metrics, by the labels they have', async () => {
-  const metrics = new Metrics()
+  const metrics = new AuditMetrics()
   metrics.nameLabels({ tenants: [], tools: ['search'] })
   metrics.countForwardedCall('search', 0, 0.1)
   const text = await metrics.registry.metrics()

@@ -3,7 +3,8 @@
  * isStream, on Exchanges built from real Node request objects and the real parser.
  * test/e2e/mcp-headers.test.ts checks the same through a running gateway.
  */
-import { HEADER_MISMATCH, isStream, mcpHeadersStage } from '../../src/jsonrpc/mcp-headers'
+import { HEADER_MISMATCH, mcpHeadersStage } from '../../src/jsonrpc/mcp-headers'
+import { isStream } from '../../src/mcp/streams'
 import { parseMessages } from '../../src/jsonrpc/parse'
 import type { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Refusal, type Verdict } from '../../src/pipeline/stage'

@@ -1,5 +1,5 @@
 import { parseMessages } from '../../src/jsonrpc/parse'
-import { JsonScanner, scanJson } from '../../src/jsonrpc/scan'
+import { JsonScanner, scanJson } from '../../src/json/scan'
 
 const LIMITS = { maxJsonDepth: 64, maxBatchMessages: 100 }
 const parse = (value: unknown, limits = LIMITS) =>

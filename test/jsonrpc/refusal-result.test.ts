@@ -11,7 +11,8 @@ import { concurrencyStages } from '../../src/concurrency/stage'
 import { parseMessages } from '../../src/jsonrpc/parse'
 import { refusalResultMessage, resultFormat } from '../../src/jsonrpc/refusal-result'
 import { silentLogger } from '../../src/log'
-import { Metrics } from '../../src/metrics'
+import { BudgetMetrics } from '../../src/budget/metrics'
+import { ConcurrencyMetrics } from '../../src/concurrency/metrics'
 import { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage, runStages } from '../../src/pipeline/stage'
 import { compilePolicy } from '../../src/policy/compile'
@@ -40,7 +41,7 @@ function config(tree: Record<string, unknown>) {
 function budget(tree: Record<string, unknown>): { stage: Stage; advance: (seconds: number) => void } {
   const clock = manualClock()
   const store = new MemoryBudgetStore({ now: clock.now })
-  return { stage: budgetStage(store, config({ budget: tree }).budget, new Metrics(), silentLogger()), advance: clock.advance }
+  return { stage: budgetStage(store, config({ budget: tree }).budget, new BudgetMetrics(), silentLogger()), advance: clock.advance }
 }
 
 /** Runs `stage` on `body` until it refuses; fails the test if it never does within `tries`. */
@@ -144,7 +145,7 @@ describe('the text a model reads for each refusal', () => {
   })
 
   test("the concurrency cap names the caller's own cap and when to retry", async () => {
-    const stage = concurrencyStages(new ConcurrencyLimiter(2), new Metrics()).slot
+    const stage = concurrencyStages(new ConcurrencyLimiter(2), new ConcurrencyMetrics()).slot
     const held = [exchange(expensive), exchange(expensive)]
     for (const ex of held) expect(await stage.run(ex)).toBe(CONTINUE)
     const refusal = await stage.run(exchange(expensive))

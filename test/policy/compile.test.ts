@@ -1,7 +1,7 @@
 import { loadConfig } from '../../src/config/load'
 import type { Effect, PolicyConfig, PolicyRule } from '../../src/config/types'
 import { compilePolicy } from '../../src/policy/compile'
-import { Glob } from '../../src/policy/glob'
+import { Glob } from '../../src/glob'
 
 type RuleSpec = Partial<PolicyRule> & Pick<PolicyRule, 'identity' | 'target' | 'effect'>
 

@@ -1,7 +1,7 @@
 import type { Effect, PolicyConfig, PolicyRule } from '../../src/config/types'
 import { compilePolicy } from '../../src/policy/compile'
 import { completionRequests, filterCompletionMessage, mayHoldCompletion, requestsWithId } from '../../src/policy/completion-filter'
-import { Glob } from '../../src/policy/glob'
+import { Glob } from '../../src/glob'
 import { UriTemplate, rfc6570Encode, sdkEncode } from '../../src/policy/uri-template'
 
 type RuleSpec = Pick<PolicyRule, 'target' | 'effect'> & Partial<PolicyRule>

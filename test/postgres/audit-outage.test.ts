@@ -50,7 +50,7 @@ async function auditRowCount(): Promise<number> {
 
 /** Entries the postgres writer has put in the spill file so far (wardline_audit_spilled_total). */
 async function spilledByPostgres(h: Harness): Promise<number> {
-  return (await h.gateway.metrics.auditSpilled.get()).values.find((v) => v.labels.sink === 'postgres')?.value ?? 0
+  return (await h.gateway.metrics.audit.auditSpilled.get()).values.find((v) => v.labels.sink === 'postgres')?.value ?? 0
 }
 
 async function send(h: Harness, identity: string, id: number): Promise<number> {

@@ -84,7 +84,7 @@ async function entriesOf(rig: Rig, identity: string): Promise<AuditEntry[]> {
 }
 
 async function metric(rig: Rig, name: 'auditSpilled' | 'auditRejected' | 'auditReplayed'): Promise<number> {
-  return (await rig.gateway.metrics[name].get()).values.find((v) => v.labels.sink === 'postgres')?.value ?? 0
+  return (await rig.gateway.metrics.audit[name].get()).values.find((v) => v.labels.sink === 'postgres')?.value ?? 0
 }
 
 async function auditRowsOf(db: TestDatabase, requestIds: readonly string[]): Promise<Map<string, number>> {

@@ -1,8 +1,12 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { Metrics } from '../../src/metrics'
+import { AuditMetrics } from '../../src/audit/metrics'
+import { BudgetMetrics } from '../../src/budget/metrics'
+import { metricsRegistry } from '../../src/metrics-registry'
 import { DECISIONS } from '../../src/pipeline/exchange'
+import { ServerMetrics } from '../../src/server/metrics'
 import { UPSTREAM_ERROR_KINDS } from '../../src/upstream/failures'
+import { UpstreamMetrics } from '../../src/upstream/metrics'
 import { MCP_HEADERS, as, startHarness, tempDir, toolCall } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
 import { findPromtool, firingAlerts, samples } from './obs-promtool'
@@ -33,21 +37,30 @@ if (found.path === null && !found.required) console.warn(`obs-alerts: the alert-
 
 const SINK = 'postgres'
 
-/** A Metrics as compose.ts wires it for a Postgres-storage replica: a readiness verdict, one sink with a spill file. */
-function replica(dir: string, ready: { ok: boolean }): Metrics {
-  const m = new Metrics()
-  m.observeReadiness(() => Promise.resolve(ready.ok))
-  m.observeAuditSpill(SINK, [join(dir, 'spill.jsonl'), join(dir, 'spill.jsonl.replaying')])
-  m.auditQueueLimit.labels(SINK).set(100_000)
-  m.auditQueued.labels(SINK).set(0)
+/** The metrics the alerts read, on one registry. */
+interface Replica {
+  readonly registry: ReturnType<typeof metricsRegistry>
+  readonly audit: AuditMetrics
+  readonly budget: BudgetMetrics
+  readonly upstream: UpstreamMetrics
+}
+
+/** The metrics as compose.ts wires them for a Postgres-storage replica: a readiness verdict, one sink with a spill file. */
+function replica(dir: string, ready: { ok: boolean }): Replica {
+  const registry = metricsRegistry()
+  const m = { registry, audit: new AuditMetrics(registry), budget: new BudgetMetrics(registry), upstream: new UpstreamMetrics(registry) }
+  new ServerMetrics(registry).observeReadiness(() => Promise.resolve(ready.ok))
+  m.audit.observeAuditSpill(SINK, [join(dir, 'spill.jsonl'), join(dir, 'spill.jsonl.replaying')])
+  m.audit.auditQueueLimit.labels(SINK).set(100_000)
+  m.audit.auditQueued.labels(SINK).set(0)
   return m
 }
 
 /** `minutes` scrapes of `m`, after `step(minute)` and some allowed traffic each minute. */
-async function timeline(m: Metrics, minutes: number, step: (minute: number) => void): Promise<Map<string, number>[]> {
+async function timeline(m: Replica, minutes: number, step: (minute: number) => void): Promise<Map<string, number>[]> {
   const out: Map<string, number>[] = []
   for (let minute = 0; minute < minutes; minute++) {
-    for (let i = 0; i < 30; i++) m.recordRequest('allow', 0.01)
+    for (let i = 0; i < 30; i++) m.audit.recordRequest('allow', 0.01)
     step(minute)
     out.push(samples(await m.registry.metrics()))
   }
@@ -65,7 +78,7 @@ alertTest('steady allowed traffic fires nothing', async () => {
 
 alertTest('one burst of dropped audit entries (the sink counter born by it) fires WardlineAuditDropped', async () => {
   const m = replica(tempDir(), { ok: true })
-  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.auditDropped.labels(SINK).inc(40)))
+  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.audit.auditDropped.labels(SINK).inc(40)))
   // A series born at 40 shows increase() no rise: the rule must still fire for it.
   expect(alerts.get('WardlineAuditDropped')).toEqual(expect.arrayContaining([5]))
   expect(Math.min(...(alerts.get('WardlineAuditDropped') ?? [99]))).toBe(5)
@@ -74,14 +87,14 @@ alertTest('one burst of dropped audit entries (the sink counter born by it) fire
 
 alertTest('one batch of quarantined spilled entries fires WardlineAuditRejected, for an hour', async () => {
   const m = replica(tempDir(), { ok: true })
-  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.auditRejected.labels(SINK).inc(3)))
+  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.audit.auditRejected.labels(SINK).inc(3)))
   expect(Math.min(...(alerts.get('WardlineAuditRejected') ?? [99]))).toBe(5)
   expect([...alerts.keys()]).toEqual(['WardlineAuditRejected'])
 })
 
 alertTest('a fail-open outage fires WardlineBudgetFailOpen within a minute, and it clears 5 minutes after the last one', async () => {
   const m = replica(tempDir(), { ok: true })
-  const alerts = fired(await timeline(m, 25, (minute) => minute >= 5 && minute < 12 && m.budgetFailOpen.inc(10)))
+  const alerts = fired(await timeline(m, 25, (minute) => minute >= 5 && minute < 12 && m.budget.budgetFailOpen.inc(10)))
   const at = alerts.get('WardlineBudgetFailOpen') ?? []
   expect(Math.min(...at)).toBe(6)
   expect(Math.max(...at)).toBeLessThan(12 + 5)
@@ -123,7 +136,7 @@ alertTest('not ready for 5 minutes fires WardlineNotReady after 2; ready again, 
 
 alertTest('a single refused upstream connection (an MCP server restart) pages nobody', async () => {
   const m = replica(tempDir(), { ok: true })
-  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.upstreamError('unreachable')))
+  const alerts = fired(await timeline(m, 15, (minute) => minute === 5 && m.upstream.upstreamError('unreachable')))
   // rate(…[5m]) > 0 stays true for 5 minutes after one failure, so with it `for: 2m` would fire a critical page at minute 7.
   expect([...alerts.keys()]).toEqual([])
 })
@@ -176,7 +189,7 @@ alertTest(
   'one failed health probe (a blip shorter than a minute) pages nobody; a minute of them fires WardlineUpstreamDown, which clears once it is back',
   async () => {
     const m = replica(tempDir(), { ok: true })
-    const probe = m.upstreamProbeListener()
+    const probe = m.upstream.upstreamProbeListener()
     const result = (up: boolean) => ({
       up,
       status: up ? 406 : 0,
@@ -195,7 +208,7 @@ alertTest(
 test('every counter alerts.yml takes increase() or rate() of is on /metrics at 0 before its first count, for every sink and kind', async () => {
   const dir = tempDir()
   const m = replica(dir, { ok: true })
-  m.auditQueueLimit.labels('jsonl:/var/log/wardline/audit.jsonl').set(100_000)
+  m.audit.auditQueueLimit.labels('jsonl:/var/log/wardline/audit.jsonl').set(100_000)
   const text = await m.registry.metrics()
   const s = samples(text)
   for (const kind of ['unreachable', 'timeout', 'reset', 'bad_response', 'other'])

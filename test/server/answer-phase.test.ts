@@ -12,7 +12,7 @@ import { AuditWriter } from '../../src/audit/writer'
 import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
 import { jsonRpcStage } from '../../src/jsonrpc/stage'
 import { silentLogger } from '../../src/log'
-import { Metrics } from '../../src/metrics'
+import { AuditMetrics } from '../../src/audit/metrics'
 import type { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Outcome, type Stage } from '../../src/pipeline/stage'
 import { Gateway } from '../../src/server/gateway'
@@ -74,7 +74,7 @@ async function rig(answer: Answer, extra: (events: string[]) => Stage[], upstrea
   const config = configFrom({ listen: '127.0.0.1:0', upstream: upstreamUrl ?? upstream.url, auth: { mode: 'header' } }, {}, dir)
   const audit = new AuditTrail(
     [new AuditWriter(await JsonlAuditSink.open(auditFile), silentLogger(), { maxQueueEntries: 10_000 })],
-    new Metrics(),
+    new AuditMetrics(),
   )
   const events: string[] = []
   const relay = new Upstream({ ...config.upstream, timeoutSeconds: 2 })

@@ -4,8 +4,8 @@ import { openAuth } from '../../src/auth/open'
 import { openBudget } from '../../src/budget/open'
 import type { Config } from '../../src/config/types'
 import { createLogger } from '../../src/log'
-import { Metrics } from '../../src/metrics'
 import { type SharedStages, buildChain, routeOf, routeStages, sharedStages } from '../../src/server/chain'
+import { gatewayMetrics } from '../../src/server/compose'
 import { configFrom, tempDir } from '../helpers/harness'
 
 const LEADING = [
@@ -26,10 +26,10 @@ const log = createLogger('error', { format: 'json' })
 
 /** The stages every route shares, opened from `config` as compose.ts opens them (memory store, JSONL audit). */
 async function shared(config: Config): Promise<{ stages: SharedStages; close: () => Promise<void> }> {
-  const metrics = new Metrics(false)
-  const audit = await openAudit(config, null, null, metrics, log)
-  const budget = await openBudget(config, null, undefined, metrics, log)
-  const auth = await openAuth(config, null, metrics, log)
+  const metrics = gatewayMetrics(false)
+  const audit = await openAudit(config, null, null, metrics.audit, log)
+  const budget = await openBudget(config, null, undefined, metrics.budget, log)
+  const auth = await openAuth(config, null, metrics.revocations, log)
   return {
     stages: sharedStages(config, { auth, audit, budget }, metrics, log),
     close: () => audit.trail.close(),

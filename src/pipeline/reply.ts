@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http'
-import type { JsonRpcId } from '../pipeline/exchange'
+import type { JsonRpcId } from './exchange'
 
 /**
  * Writes a response the gateway makes itself: always application/json with a JSON-RPC error body

@@ -1,21 +1,20 @@
 import { statSync } from 'node:fs'
-import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'prom-client'
-import type { BudgetConfig, PolicyConfig } from './config/types'
-import { DECISIONS, type Decision } from './pipeline/exchange'
-import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './upstream/failures'
-import type { ProbeResult } from './upstream/probe'
+import { Counter, Gauge, type Metric, type Registry } from 'prom-client'
+import type { BudgetConfig, PolicyConfig } from '../config/types'
+import { FeatureMetrics } from '../metrics-registry'
+import { DECISIONS, type Decision } from '../pipeline/exchange'
 
 const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
 /**
- * Every metric the gateway exports, on its own registry (never prom-client's global one).
+ * The audit trail's metrics: requests, entries and forwarded calls counted where their audit records
+ * are (AuditTrail.record), and each sink's queue, drops, spill and replay.
  *
  * The per-request metrics are plain numbers that the registry reads only when /metrics is scraped:
  * prom-client's own inc() and observe() hash and validate their labels on every call, which cost
  * about 1 µs per request (3% of the gateway's CPU); the arrays take a few tens of ns.
  */
-export class Metrics {
-  readonly registry = new Registry()
+export class AuditMetrics extends FeatureMetrics {
   private readonly requests = new DecisionCounter(
     this.registry,
     'wardline_requests_total',
@@ -32,37 +31,6 @@ export class Metrics {
     'Time from request arrival to the end of the response, by decision (one observation per request)',
     DURATION_BUCKETS,
   )
-  readonly budgetFailOpen = new Counter({
-    name: 'wardline_budget_fail_open_total',
-    help: 'Budget checks that failed and admitted the call anyway (budget.on_store_error: open)',
-    registers: [this.registry],
-  })
-  readonly budgetDegraded = new Counter({
-    name: 'wardline_budget_degraded_total',
-    help: 'Budget checks that failed and were judged by this replica alone at limit ÷ live replicas (budget.on_store_error: local)',
-    registers: [this.registry],
-  })
-  readonly budgetRefunds = new Counter({
-    name: 'wardline_budget_refunds_total',
-    help: 'Admitted budget checks taken back: unserved (the MCP server never served the call) or late_verdict (a Postgres verdict that arrived after the gateway stopped waiting)',
-    labelNames: ['reason'] as const,
-    registers: [this.registry],
-  })
-  readonly budgetRefundFailures = new Counter({
-    name: 'wardline_budget_refund_failures_total',
-    help: 'Refunds of unserved calls that the budget store could not apply (the charge stays until its window ends)',
-    registers: [this.registry],
-  })
-  readonly budgetStoreErrors = new Counter({
-    name: 'wardline_budget_store_errors_total',
-    help: 'Budget checks that failed, whatever on_store_error then decided',
-    registers: [this.registry],
-  })
-  readonly concurrencyRefused = new Counter({
-    name: 'wardline_concurrency_refused_total',
-    help: 'Requests refused with 429 because their identity already had max_concurrent_per_identity requests in flight',
-    registers: [this.registry],
-  })
   readonly auditDropped = new Counter({
     name: 'wardline_audit_dropped_total',
     help: 'Audit entries that could not be written or queued, by sink',
@@ -138,8 +106,6 @@ export class Metrics {
     'Time from handing a forwarded request to the MCP server until its answer ended (an SSE answer: its last event), by tool; one observation per gated call, whatever its outcome',
     DURATION_BUCKETS,
   )
-  /** One child per kind, made up front: every kind is exported from the start (at 0), and a failure costs an array read. */
-  private readonly upstreamErrorCounters: Record<UpstreamErrorKind, Counter.Internal>
   readonly auditQueueLimit = new Gauge({
     name: 'wardline_audit_queue_limit_entries',
     help: 'audit.max_queue_entries: the queue length at which calls get 503 (WL_AUDIT_BACKPRESSURE), by sink',
@@ -148,64 +114,9 @@ export class Metrics {
   })
   /** Spill files per sink (the file and its .replaying copy), measured at scrape time. */
   private readonly spillFiles = new Map<string, readonly string[]>()
-  /** /readyz's verdict, asked for at scrape time (server/routes.ts); null until the routes exist. */
-  private readiness: (() => Promise<boolean>) | null = null
 
-  readonly revocationRefreshFailures = new Counter({
-    name: 'wardline_revocation_refresh_failures_total',
-    help: 'Refreshes of the shared (Postgres) revocation list that failed; requests were judged on the last list this replica had',
-    registers: [this.registry],
-  })
-  readonly revokedRequests = new Counter({
-    name: 'wardline_revoked_requests_total',
-    help: 'Requests refused with 401 because their identity (or its whole tenant) is on the revocation list',
-    registers: [this.registry],
-  })
-  readonly sessionRefused = new Counter({
-    name: 'wardline_session_refused_total',
-    help: 'Requests refused with 404 because they presented a session id another principal created',
-    registers: [this.registry],
-  })
-  readonly sessionBindingsEvicted = new Counter({
-    name: 'wardline_session_bindings_evicted_total',
-    help: 'Session bindings forgotten before they idled out because max_sessions (full) or max_sessions_per_identity (identity_full) was reached',
-    labelNames: ['cause'] as const,
-    registers: [this.registry],
-  })
-  /** The revocation list's figures (compose.ts), read at scrape time; none until it is handed over. */
-  private revocationStats: (() => { readonly active: number; readonly staleSeconds: number }) | null = null
-  private readonly revocationsActive: Gauge = new Gauge({
-    name: 'wardline_revocations_active',
-    help: 'Revocations this replica applies (identities, or whole tenants with identity *) whose until has not passed',
-    registers: [this.registry],
-    collect: (): void => this.revocationsActive.set(this.revocationStats?.().active ?? 0),
-  })
-  private readonly revocationsStale: Gauge = new Gauge({
-    name: 'wardline_revocations_stale_seconds',
-    help: "Age of this replica's copy of the shared revocation list while its refreshes fail (0 while they succeed, and always 0 in memory)",
-    registers: [this.registry],
-    collect: (): void => this.revocationsStale.set(this.revocationStats?.().staleSeconds ?? 0),
-  })
-
-  /** The shared budget store's counts (PostgresBudgetStore.stats), read at scrape time; none without one. */
-  private budgetStoreStats: (() => { readonly checks: number; readonly statements: number }) | null = null
-
-  constructor(defaults = false) {
-    if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'wardline_' })
-    const upstreamErrors = new Counter({
-      name: 'wardline_upstream_errors_total',
-      help: 'Forwarded requests the MCP server failed, by kind: unreachable (no connection; 502), timeout (no response headers within upstream.timeout_seconds; 504), reset (the connection closed or reset before the answer ended), bad_response (an answer that could not be parsed or relayed), other',
-      labelNames: ['kind'] as const,
-      registers: [this.registry],
-    })
-    // labels() alone creates no series: a kind would first print at its first failure, and increase()
-    // and rate() read that first sample as the start, so a one-off burst would never show (alerts.yml).
-    for (const kind of UPSTREAM_ERROR_KINDS) upstreamErrors.inc({ kind }, 0)
-    for (const reason of ['unserved', 'late_verdict']) this.budgetRefunds.inc({ reason }, 0)
-    this.upstreamErrorCounters = Object.fromEntries(UPSTREAM_ERROR_KINDS.map((k) => [k, upstreamErrors.labels(k)])) as Record<
-      UpstreamErrorKind,
-      Counter.Internal
-    >
+  constructor(...args: ConstructorParameters<typeof FeatureMetrics>) {
+    super(...args)
     const spillFiles = this.spillFiles
     new Gauge({
       name: 'wardline_audit_spill_bytes',
@@ -214,36 +125,6 @@ export class Metrics {
       registers: [this.registry],
       collect() {
         for (const [sink, paths] of spillFiles) this.labels(sink).set(fileBytes(paths))
-      },
-    })
-    const readiness = (): Promise<boolean> | null => this.readiness?.() ?? null
-    new Gauge({
-      name: 'wardline_ready',
-      help: 'What /readyz would answer now: 1 ready (200), 0 not ready or shutting down (503). Evaluated through the same shared checks as /readyz, never an extra database ping',
-      registers: [this.registry],
-      async collect() {
-        const ready = readiness()
-        this.set(ready === null ? 0 : (await ready) ? 1 : 0)
-      },
-    })
-    // Coalescing at a glance: statements ÷ checks is the budget round trips per check (at most 1).
-    const stats = (): { readonly checks: number; readonly statements: number } | null => this.budgetStoreStats?.() ?? null
-    new Counter({
-      name: 'wardline_budget_store_checks_total',
-      help: 'Budget checks sent to the shared (Postgres) budget store',
-      registers: [this.registry],
-      collect() {
-        this.reset()
-        this.inc(stats()?.checks ?? 0)
-      },
-    })
-    new Counter({
-      name: 'wardline_budget_store_statements_total',
-      help: 'Statements (round trips) that carried those checks: several checks share one under load',
-      registers: [this.registry],
-      collect() {
-        this.reset()
-        this.inc(stats()?.statements ?? 0)
       },
     })
   }
@@ -256,11 +137,6 @@ export class Metrics {
     this.refusalsByTenant.setNames(names.tenants)
     this.refusalsByTool.setNames(names.tools)
     this.forwardedCalls.setNames(names.tools)
-  }
-
-  /** One upstream failure (upstream/failures.ts): off the hot path, once per failed request. */
-  upstreamError(kind: UpstreamErrorKind): void {
-    this.upstreamErrorCounters[kind].inc()
   }
 
   /** Where wardline_audit_spill_bytes{sink} is measured (stat at scrape time; a missing file is 0 bytes). */
@@ -276,50 +152,6 @@ export class Metrics {
   private async zeroBySink(counter: Counter<'sink'>, spilling: boolean): Promise<void> {
     const sinks = spilling ? [...this.spillFiles.keys()] : (await this.auditQueueLimit.get()).values.map((v) => String(v.labels.sink))
     for (const sink of sinks) counter.inc({ sink }, 0)
-  }
-
-  /** Where wardline_ready comes from (server/routes.ts: the shared /readyz checks). */
-  observeReadiness(ready: () => Promise<boolean>): void {
-    this.readiness = ready
-  }
-
-  /** Where wardline_revocations_active and wardline_revocations_stale_seconds come from. */
-  observeRevocations(stats: () => { readonly active: number; readonly staleSeconds: number }): void {
-    this.revocationStats = stats
-  }
-
-  /** Where wardline_budget_store_checks_total and _statements_total come from. */
-  observeBudgetStore(stats: () => { readonly checks: number; readonly statements: number }): void {
-    this.budgetStoreStats = stats
-  }
-
-  /**
-   * wardline_upstream_up, wardline_upstream_probe_duration_seconds and
-   * wardline_upstream_last_up_timestamp_seconds, set from each result of the upstream probe (the
-   * listener returned). Registered only here, so with the probe off none of them exists: an alert on
-   * wardline_upstream_up == 0 cannot fire on a gateway that does not probe.
-   */
-  upstreamProbeListener(): (result: ProbeResult) => void {
-    const up = new Gauge({
-      name: 'wardline_upstream_up',
-      help: "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
-      registers: [this.registry],
-    })
-    const duration = new Gauge({
-      name: 'wardline_upstream_probe_duration_seconds',
-      help: "How long the upstream's last health probe took, to the answer's head or the failure",
-      registers: [this.registry],
-    })
-    const lastUp = new Gauge({
-      name: 'wardline_upstream_last_up_timestamp_seconds',
-      help: 'Unix time of the last health probe that found the upstream up (0: none since start)',
-      registers: [this.registry],
-    })
-    return (result) => {
-      up.set(result.up ? 1 : 0)
-      duration.set(result.durationSeconds)
-      if (result.up) lastUp.set(result.at / 1000)
-    }
   }
 
   /** One finished request: its count and its latency, under the decision the request as a whole came to. */

@@ -1,10 +1,10 @@
-import { CALL_OUTCOMES, type CallOutcome, Metrics } from '../src/metrics'
+import { AuditMetrics, CALL_OUTCOMES, type CallOutcome } from '../../src/audit/metrics'
 
 // The expected text below is what prom-client's own Counter and Histogram printed for the same calls
 // before the per-request metrics became plain arrays read at scrape time: /metrics must not change.
 
 /** The section of the /metrics text for one metric: its HELP and TYPE lines and its samples. */
-async function section(metrics: Metrics, name: string): Promise<string> {
+async function section(metrics: AuditMetrics, name: string): Promise<string> {
   const text = await metrics.registry.metrics()
   const found = text.split('\n\n').find((s) => s.startsWith(`# HELP ${name} `))
   if (found === undefined) throw new Error(`no metric ${name} in /metrics`)
@@ -25,7 +25,7 @@ const DURATION_HELP = [
 ]
 
 test('counts, buckets, sum and count print exactly as before, decisions in the order first seen and le inclusive', async () => {
-  const metrics = new Metrics()
+  const metrics = new AuditMetrics()
   metrics.recordRequest('deny', 0.005) // exactly on a bound: counted in le="0.005"
   metrics.countEntry('deny')
   metrics.recordRequest('allow', 0.001) // exactly on the first bound
@@ -96,7 +96,7 @@ test('counts, buckets, sum and count print exactly as before, decisions in the o
 })
 
 test('a decision never seen prints no sample, as before: a fresh registry has only the HELP and TYPE lines', async () => {
-  const metrics = new Metrics()
+  const metrics = new AuditMetrics()
   expect(await section(metrics, 'wardline_requests_total')).toBe(REQUESTS_HELP.join('\n'))
   expect(await section(metrics, 'wardline_audit_entries_total')).toBe(ENTRIES_HELP.join('\n'))
   expect(await section(metrics, 'wardline_request_duration_seconds')).toBe(DURATION_HELP.join('\n'))
@@ -106,7 +106,7 @@ test('a decision never seen prints no sample, as before: a fresh registry has on
 })
 
 test("the registry's JSON holds the same samples as the text, labels merged as prom-client's Histogram did", async () => {
-  const metrics = new Metrics()
+  const metrics = new AuditMetrics()
   metrics.recordRequest('error', 0.004)
   metrics.countEntry('error')
   const json = await metrics.registry.getMetricsAsJSON()
@@ -124,7 +124,7 @@ test("the registry's JSON holds the same samples as the text, labels merged as p
 describe('forwarded calls by tool', () => {
   const outcome = (o: CallOutcome): number => CALL_OUTCOMES.indexOf(o)
   /** The bucket lines of one tool, as `le count` pairs. */
-  async function buckets(metrics: Metrics, tool: string): Promise<string[]> {
+  async function buckets(metrics: AuditMetrics, tool: string): Promise<string[]> {
     const text = await section(metrics, 'wardline_forwarded_call_duration_seconds')
     const prefix = `wardline_forwarded_call_duration_seconds_bucket{le="`
     return text
@@ -134,7 +134,7 @@ describe('forwarded calls by tool', () => {
   }
 
   test('counts by outcome and tool, and one observation per call in the request histogram buckets (le inclusive)', async () => {
-    const metrics = new Metrics()
+    const metrics = new AuditMetrics()
     metrics.nameLabels({ tenants: [], tools: ['search', 'other'] })
     metrics.countForwardedCall('search', outcome('ok'), 0.005) // exactly on a bound
     metrics.countForwardedCall('search', outcome('ok'), 0.3)
@@ -178,7 +178,7 @@ describe('forwarded calls by tool', () => {
   })
 
   test('a reload keeps the counts and observations of names it keeps; a dropped name stops printing and counts as other from then on', async () => {
-    const metrics = new Metrics()
+    const metrics = new AuditMetrics()
     metrics.nameLabels({ tenants: [], tools: ['a', 'b'] })
     metrics.countForwardedCall('a', outcome('ok'), 0.2)
     metrics.countForwardedCall('b', outcome('ok'), 0.2)
@@ -195,7 +195,7 @@ describe('forwarded calls by tool', () => {
   })
 
   test('a fresh registry prints the HELP and TYPE lines of both, so dashboards and rules can name them before the first call', async () => {
-    const metrics = new Metrics()
+    const metrics = new AuditMetrics()
     expect(await section(metrics, 'wardline_forwarded_calls_total')).toMatch(/^# HELP .*\n# TYPE wardline_forwarded_calls_total counter$/)
     expect(await section(metrics, 'wardline_forwarded_call_duration_seconds')).toMatch(
       /^# HELP .*\n# TYPE wardline_forwarded_call_duration_seconds histogram$/,

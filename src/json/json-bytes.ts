@@ -1,6 +1,6 @@
 /**
  * The bytes (and UTF-16 code units: the same values) that give JSON its structure, for the code that
- * reads JSON without materialising it: the request scanner (scan.ts, parse.ts), the loop breaker's
+ * reads JSON without materialising it: the request scanner (scan.ts, jsonrpc/parse.ts), the loop breaker's
  * canonical arguments (budget/canonical-json.ts) and the list filter's cuts (policy/list-filter.ts).
  */
 export const QUOTE = 0x22

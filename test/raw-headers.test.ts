@@ -1,4 +1,4 @@
-import { rawHeaderCount } from '../../src/http/raw-headers'
+import { rawHeaderCount } from '../src/raw-headers'
 
 describe('rawHeaderCount (a header name among Node raw headers, ASCII case-insensitively)', () => {
   const raw = ['Host', 'a', 'authorization', 'b', 'AUTHORIZATION', 'c', 'Mcp-Method', 'd', 'mcp-name', 'e', 'x-authorization', 'f']

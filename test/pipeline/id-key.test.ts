@@ -1,4 +1,4 @@
-import { idKey } from '../../src/policy/id-key'
+import { idKey } from '../../src/pipeline/id-key'
 
 describe('idKey: one key for every spelling some MCP server reads as the same id', () => {
   test.each<[string, unknown[]]>([

@@ -266,7 +266,7 @@ export class JsonScanner {
       if (members.length < MAX_MEMBERS) {
         this.pendingKey[this.depth] = this.decode(i, j, this.plain)
       } else {
-        // Stop reading this object: the message is refused for it (see parse.ts), and the rest of the
+        // Stop reading this object: the message is refused for it (see jsonrpc/parse.ts), and the rest of the
         // body is only validated.
         const message = this.current as ScannedMessage
         message.overflow ??= members === message.members ? 'the message' : members === message.params ? 'params' : 'params.ref'

@@ -1,4 +1,4 @@
-import type { JsonRpcId } from '../pipeline/exchange'
+import type { JsonRpcId } from './exchange'
 
 /**
  * The key under which any MCP server could file a request id to route its answer, coarse enough to
