@@ -107,7 +107,7 @@ describe('wardline_upstream_errors_total{kind} against real failing upstreams', 
     const upstream: RawUpstream = await startRawUpstream((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.write('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n')
-      setTimeout(() => res.socket?.destroy(), 50)
+      setTimeout(() => res.socket?.destroy(), 50) // the upstream's own pace: the event goes out first, the break a moment later
     })
     cleanup.push(() => upstream.close())
     const s = await gatewayFor(upstream.url)

@@ -304,6 +304,7 @@ describe('admin calls that never complete are still audited', () => {
         s.write(
           `POST /revocations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"identity":"half`,
         )
+        // The client's own pace, the scenario: part of the body goes out, then the client vanishes.
         setTimeout(() => {
           s.destroy()
           resolve()
