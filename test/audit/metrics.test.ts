@@ -1,7 +1,10 @@
 import { AuditMetrics, CALL_OUTCOMES, type CallOutcome } from '../../src/audit/metrics'
+import { metricSamples } from '../helpers/harness'
 
-// The expected text below is what prom-client's own Counter and Histogram printed for the same calls
-// before the per-request metrics became plain arrays read at scrape time: /metrics must not change.
+// The expected samples below are what prom-client's own Counter and Histogram printed for the same
+// calls before the per-request metrics became plain arrays read at scrape time: no sample may change.
+// Where in the text each series stands is not compared: a scraper does not read it, and it moves
+// whenever metrics are registered in another order.
 
 /** The section of the /metrics text for one metric: its HELP and TYPE lines and its samples. */
 async function section(metrics: AuditMetrics, name: string): Promise<string> {
@@ -9,6 +12,27 @@ async function section(metrics: AuditMetrics, name: string): Promise<string> {
   const found = text.split('\n\n').find((s) => s.startsWith(`# HELP ${name} `))
   if (found === undefined) throw new Error(`no metric ${name} in /metrics`)
   return found.trimEnd()
+}
+
+/** One sample line as `name{label="value",…} value`, labels in name order, whatever order it printed them in. */
+function canonical(line: string): string {
+  const name = line.slice(0, line.search(/[{ ]/))
+  const [{ labels, value }] = metricSamples(line, name)
+  const shown = Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${JSON.stringify(labels[k])}`)
+  return `${name}{${shown.join(',')}} ${value}`
+}
+
+/** The HELP and TYPE lines of one metric, then its samples (of a histogram: _bucket, _sum, _count), each canonical and sorted. */
+async function samples(metrics: AuditMetrics, name: string): Promise<{ head: string[]; samples: string[] }> {
+  const lines = (await section(metrics, name)).split('\n')
+  return { head: lines.slice(0, 2), samples: lines.slice(2).map(canonical).sort() }
+}
+
+/** What `samples` should find: the HELP and TYPE lines, and these sample lines in any order. */
+function expected(head: string[], lines: string[]): { head: string[]; samples: string[] } {
+  return { head, samples: lines.map(canonical).sort() }
 }
 
 const REQUESTS_HELP = [
@@ -24,7 +48,7 @@ const DURATION_HELP = [
   '# TYPE wardline_request_duration_seconds histogram',
 ]
 
-test('counts, buckets, sum and count print exactly as before, decisions in the order first seen and le inclusive', async () => {
+test('counts, buckets, sum and count are the samples they were, le inclusive', async () => {
   const metrics = new AuditMetrics()
   metrics.recordRequest('deny', 0.005) // exactly on a bound: counted in le="0.005"
   metrics.countEntry('deny')
@@ -43,20 +67,18 @@ test('counts, buckets, sum and count print exactly as before, decisions in the o
   metrics.recordRequest('allow', 30) // exactly on the last bound
   metrics.countEntry('allow')
 
-  expect(await section(metrics, 'wardline_requests_total')).toBe(
-    [...REQUESTS_HELP, 'wardline_requests_total{decision="deny"} 2', 'wardline_requests_total{decision="allow"} 5'].join('\n'),
+  expect(await samples(metrics, 'wardline_requests_total')).toEqual(
+    expected(REQUESTS_HELP, ['wardline_requests_total{decision="deny"} 2', 'wardline_requests_total{decision="allow"} 5']),
   )
-  expect(await section(metrics, 'wardline_audit_entries_total')).toBe(
-    [
-      ...ENTRIES_HELP,
+  expect(await samples(metrics, 'wardline_audit_entries_total')).toEqual(
+    expected(ENTRIES_HELP, [
       'wardline_audit_entries_total{decision="deny"} 2',
       'wardline_audit_entries_total{decision="passthrough"} 1',
       'wardline_audit_entries_total{decision="allow"} 6',
-    ].join('\n'),
+    ]),
   )
-  expect(await section(metrics, 'wardline_request_duration_seconds')).toBe(
-    [
-      ...DURATION_HELP,
+  expect(await samples(metrics, 'wardline_request_duration_seconds')).toEqual(
+    expected(DURATION_HELP, [
       'wardline_request_duration_seconds_bucket{le="0.001",decision="deny"} 1',
       'wardline_request_duration_seconds_bucket{le="0.0025",decision="deny"} 1',
       'wardline_request_duration_seconds_bucket{le="0.005",decision="deny"} 2',
@@ -91,15 +113,15 @@ test('counts, buckets, sum and count print exactly as before, decisions in the o
       'wardline_request_duration_seconds_bucket{le="+Inf",decision="allow"} 5',
       'wardline_request_duration_seconds_sum{decision="allow"} 61.301',
       'wardline_request_duration_seconds_count{decision="allow"} 5',
-    ].join('\n'),
+    ]),
   )
 })
 
 test('a decision never seen prints no sample, as before: a fresh registry has only the HELP and TYPE lines', async () => {
   const metrics = new AuditMetrics()
-  expect(await section(metrics, 'wardline_requests_total')).toBe(REQUESTS_HELP.join('\n'))
-  expect(await section(metrics, 'wardline_audit_entries_total')).toBe(ENTRIES_HELP.join('\n'))
-  expect(await section(metrics, 'wardline_request_duration_seconds')).toBe(DURATION_HELP.join('\n'))
+  expect(await samples(metrics, 'wardline_requests_total')).toEqual(expected(REQUESTS_HELP, []))
+  expect(await samples(metrics, 'wardline_audit_entries_total')).toEqual(expected(ENTRIES_HELP, []))
+  expect(await samples(metrics, 'wardline_request_duration_seconds')).toEqual(expected(DURATION_HELP, []))
 
   metrics.recordRequest('throttled', 0.002)
   expect(await metrics.registry.metrics()).not.toMatch(/decision="(allow|deny|passthrough|error|unauthorized)"/)
@@ -123,14 +145,13 @@ test("the registry's JSON holds the same samples as the text, labels merged as p
 
 describe('forwarded calls by tool', () => {
   const outcome = (o: CallOutcome): number => CALL_OUTCOMES.indexOf(o)
-  /** The bucket lines of one tool, as `le count` pairs. */
+  /** The buckets of one tool, as `le count` pairs from the lowest bound up (+Inf last), wherever the text prints them. */
   async function buckets(metrics: AuditMetrics, tool: string): Promise<string[]> {
     const text = await section(metrics, 'wardline_forwarded_call_duration_seconds')
-    const prefix = `wardline_forwarded_call_duration_seconds_bucket{le="`
-    return text
-      .split('\n')
-      .filter((l) => l.startsWith(prefix) && l.includes(`tool="${tool}"}`))
-      .map((l) => `${l.slice(prefix.length, l.indexOf('"', prefix.length))} ${l.slice(l.lastIndexOf(' ') + 1)}`)
+    return metricSamples(text, 'wardline_forwarded_call_duration_seconds_bucket')
+      .filter((s) => s.labels.tool === tool)
+      .sort((a, b) => Number(a.labels.le) - Number(b.labels.le))
+      .map((s) => `${s.labels.le} ${s.value}`)
   }
 
   test('counts by outcome and tool, and one observation per call in the request histogram buckets (le inclusive)', async () => {
@@ -143,14 +164,18 @@ describe('forwarded calls by tool', () => {
     metrics.countForwardedCall('made-up', outcome('client_closed'), 0.02)
     metrics.countForwardedCall('', outcome('http_error'), 0.002)
 
-    // Rows in their fixed order: none, other, then the configured names in config order.
-    expect((await section(metrics, 'wardline_forwarded_calls_total')).split('\n').slice(2)).toEqual([
-      'wardline_forwarded_calls_total{outcome="http_error",tool="none"} 1',
-      'wardline_forwarded_calls_total{outcome="client_closed",tool="other"} 1',
-      'wardline_forwarded_calls_total{outcome="ok",tool="search"} 2',
-      'wardline_forwarded_calls_total{outcome="upstream_error",tool="search"} 1',
-      'wardline_forwarded_calls_total{outcome="ok",tool="configured:other"} 1',
-    ])
+    // One series per outcome and tool seen: none, other, search, and the configured name other under its prefix.
+    expect((await samples(metrics, 'wardline_forwarded_calls_total')).samples).toEqual(
+      [
+        'wardline_forwarded_calls_total{outcome="http_error",tool="none"} 1',
+        'wardline_forwarded_calls_total{outcome="client_closed",tool="other"} 1',
+        'wardline_forwarded_calls_total{outcome="ok",tool="search"} 2',
+        'wardline_forwarded_calls_total{outcome="upstream_error",tool="search"} 1',
+        'wardline_forwarded_calls_total{outcome="ok",tool="configured:other"} 1',
+      ]
+        .map(canonical)
+        .sort(),
+    )
     expect(await buckets(metrics, 'search')).toEqual([
       '0.001 0',
       '0.0025 0',

@@ -10,6 +10,7 @@ import { silentLogger } from '../../src/log'
 import { AuditMetrics } from '../../src/audit/metrics'
 import { migrate } from '../../src/postgres/migrate'
 import { type TestDatabase, freshDatabase, testPool } from '../helpers/postgres'
+import { waitFor } from '../helpers/wait'
 
 let db: TestDatabase
 let pools: Pool[]
@@ -78,14 +79,16 @@ test('two workers on one database: while one runs, the other skips its turn', as
   try {
     const runA = a.runOnce()
     // Until A holds the lock, B may still win it: wait until the database shows A waiting on the row lock.
-    for (;;) {
-      const waiting = await pools[2].query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted`,
-        [RETENTION_LOCK],
-      )
-      if (waiting.rows[0].n === 1) break
-      await new Promise((r) => setTimeout(r, 10))
-    }
+    await waitFor(
+      async () =>
+        (
+          await pools[2].query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted`,
+            [RETENTION_LOCK],
+          )
+        ).rows[0].n === 1,
+      { what: 'worker A to hold the retention lock' },
+    )
     expect(await b.runOnce()).toEqual({ ran: false, deleted: 0, backlog: false })
     await blocker.query('COMMIT')
     expect(await runA).toEqual({ ran: true, deleted: 30, backlog: false })

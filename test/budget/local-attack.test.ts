@@ -309,6 +309,7 @@ describe('N after the database comes back (real Postgres behind a proxy)', () =>
     proxy.refuse()
     clearInterval(otherBeats)
     otherBeats = null
+    // The outage's length is the scenario (twice the 3 beats after which a peer counts as gone), not a wait for an event.
     await new Promise((r) => setTimeout(r, 600))
     expect(store.liveReplicas()).toBe(2) // failed beats keep the last count
     // The database is back; this replica beats before its peer does (a matter of where each is in its interval).
@@ -319,7 +320,8 @@ describe('N after the database comes back (real Postgres behind a proxy)', () =>
         (await admin.query("SELECT 1 FROM wardline_replicas WHERE replica_id <> 'other' AND heartbeat_at > $1", [back])).rowCount === 1,
       { what: "this replica's first beat after the outage", intervalMs: 20 },
     )
-    await new Promise((r) => setTimeout(r, 50)) // its answer reaching the store
+    // Its answer reaching the store: the beat still in flight (none once it was handled) settles when it has.
+    await (store as unknown as { heartbeat: { beating: Promise<void> | null } }).heartbeat.beating
     // And fails again before the next beat that would fix it: a fresh caller gets this replica's share.
     proxy.refuse()
     const s = await statuses(g, 12, 'mallory')

@@ -5,6 +5,7 @@
 import type { AdmitResult, BudgetStore } from '../../src/budget/store'
 import { gate } from '../e2e/raw-upstream'
 import { toolCall } from '../helpers/harness'
+import { open } from '../helpers/http-client'
 import { waitFor } from '../helpers/wait'
 import { type BudgetHarness, startBudgetHarness } from './budget-harness'
 
@@ -196,7 +197,8 @@ test('a client that leaves while its budget check runs is audited 499, not as an
   h = await startBudgetHarness({ budget: { requests_per_window: 5 }, store })
   const before = h.upstream.seen.length
   const gone = new AbortController()
-  const call = fetch(`${h.url}/mcp`, {
+  // node:http closes the connection when aborted (fetch's pool may keep the socket open for seconds).
+  const call = open(`${h.url}/mcp`, {
     method: 'POST',
     headers: { 'x-wardline-identity': 'alice', 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
     body: JSON.stringify(echo()),
@@ -205,7 +207,7 @@ test('a client that leaves while its budget check runs is audited 499, not as an
   await waitFor(() => store.started === 1, { what: 'the budget check to start' })
   gone.abort()
   expect(await call).toBe('aborted')
-  // fetch gives up at once; the client has left once the gateway's side of its connection is closed too.
+  // The client has left once the gateway's side of its connection is closed too.
   const openConnections = (): Promise<number> => new Promise((resolve) => h.gateway.server.getConnections((_err, n) => resolve(n)))
   await waitFor(async () => (await openConnections()) === 0, { what: 'the gateway to see the client leave' })
   store.finish.open() // the check finishes after the client left

@@ -37,6 +37,7 @@ function wav(): string {
   return b.toString('base64')
 }
 
+/** The fixture tools' own pace between notifications (what the conformance scenarios describe), not a test's wait. */
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
 
 function fixtures(): McpServer {

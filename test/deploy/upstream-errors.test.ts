@@ -6,6 +6,7 @@ import { type RawUpstream, startRawUpstream } from '../e2e/raw-upstream'
 import { MCP_HEADERS, as, configFrom, metricSample, readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { join } from 'node:path'
 import { capturingLogger } from '../budget/budget-harness'
+import { waitFor } from '../helpers/wait'
 
 interface Started {
   readonly gateway: RunningGateway
@@ -106,7 +107,7 @@ describe('wardline_upstream_errors_total{kind} against real failing upstreams', 
     const upstream: RawUpstream = await startRawUpstream((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.write('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n')
-      setTimeout(() => res.socket?.destroy(), 50)
+      setTimeout(() => res.socket?.destroy(), 50) // the upstream's own pace: the event goes out first, the break a moment later
     })
     cleanup.push(() => upstream.close())
     const s = await gatewayFor(upstream.url)
@@ -146,10 +147,12 @@ describe('wardline_upstream_errors_total{kind} against real failing upstreams', 
       body: JSON.stringify(toolCall('echo')),
       signal: controller.signal,
     }).catch(() => null)
-    await new Promise((r) => setTimeout(r, 200))
+    // The call is upstream (the server holds it) before the client leaves, and the gateway has
+    // written its one entry for it before the counters are read.
+    await waitFor(() => slow.seen.length === 1, { what: 'the call to reach the upstream' })
     controller.abort()
     await pending
-    await s.gateway.audit.flush()
+    await waitFor(async () => (await s.gateway.audit.flush(), readJsonl(s.auditFile).length === 1), { what: 'the audit entry of the call' })
     for (const kind of ['unreachable', 'timeout', 'reset', 'bad_response', 'other']) expect(await kindCount(s.gateway.url, kind)).toBe(0)
   })
 })

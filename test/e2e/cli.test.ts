@@ -231,13 +231,17 @@ describe('wardline serve', () => {
         headers: { 'content-type': 'application/json', 'x-wardline-identity': 'alice' },
         body: JSON.stringify(toolCall('echo', { text: 'x'.repeat(200) }, 1)),
       }).then((r) => r.status)
-    // Until the trail is stuck for certain: entries wait in the queue behind a write the full pipe holds
-    // (how many calls fill the pipe and the reader's buffer depends on the machine, so it is observed).
+    // Until the trail is stuck for certain: this side's buffer is full (it reads no more), and the queue
+    // holds more than a writer merely behind ever does. Behind, it holds up to a round's 50 entries and
+    // then empties; stuck, it grows by every round. A queue that is only not empty can be a loaded
+    // machine's writer catching up. How many calls fill the pipe depends on the machine, so it is observed.
     const queued = async (): Promise<number> => {
       const text = await (await fetch(`http://127.0.0.1:${served.port}/metrics`)).text()
       return Number(/^wardline_audit_queue_entries\{sink="stdout"\} (\d+)$/m.exec(text)?.[1] ?? 0)
     }
-    for (let round = 0; round < 20 || (await queued()) === 0; round++) {
+    const stuck = async (): Promise<boolean> =>
+      served.child.stdout.readableLength >= served.child.stdout.readableHighWaterMark && (await queued()) >= 300
+    for (let round = 0; !(await stuck()); round++) {
       expect(round).toBeLessThan(200)
       expect((await Promise.all(Array.from({ length: 50 }, post))).every((s) => s === 200)).toBe(true)
     }

@@ -125,7 +125,7 @@ test('a legacy session named by session_id (the Python SDK parameter) owes its s
       const message = JSON.parse(body) as { id?: unknown; method: string }
       if (message.id === undefined) return
       const answer = `event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: {} })}\n\n`
-      setTimeout(() => stream?.write(answer), message.method === 'slow' ? 1500 : 0)
+      setTimeout(() => stream?.write(answer), message.method === 'slow' ? 1500 : 0) // the upstream's own pace for a slow tool
     })
   })
   await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))

@@ -130,7 +130,7 @@ describe('calls by tool through a real gateway to an SDK server answering in SSE
     const res = await post(h, toolCall('slow'))
     // The head (200, text/event-stream) is here while the tool still waits: a first-byte timer would stop now.
     expect(res.headers.get('content-type')).toContain('text/event-stream')
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    await new Promise((resolve) => setTimeout(resolve, 300)) // the tool's hold is the latency under test
     open()
     expect(await res.text()).toContain('slow')
     const elapsed = (performance.now() - started) / 1000
@@ -152,7 +152,7 @@ describe('calls by tool through a real gateway to an SDK server answering in SSE
     const batch = [toolCall('alpha', {}, 1), toolCall('alpha', {}, 2), toolCall('alpha', {}, 3), toolCall('beta', {}, 4)]
     const res = await post(h, [...batch, toolCall('slow', {}, 5), rpc('ping', undefined, 6)])
     expect(res.status).toBe(200)
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    await new Promise((resolve) => setTimeout(resolve, 300)) // as above: the slow tool's hold is what the durations measure
     open()
     await res.text()
     await h.gateway.audit.flush()

@@ -18,6 +18,18 @@ export async function lockWaits(pool: Pool): Promise<number> {
 }
 
 /**
+ * Sessions of this database, the asking one aside, with a statement running or a transaction open.
+ * Once it reads 0 after a row lock is let go, a statement that was queued behind the lock (an
+ * abandoned check, say) has committed or rolled back: what it would charge is in the table.
+ */
+export async function busySessions(pool: Pool): Promise<number> {
+  const r = await pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'",
+  )
+  return r.rows[0].n
+}
+
+/**
  * Holds `key`'s row lock (creating the row, already expired, if missing) until the returned function
  * is called: a stuck transaction elsewhere. Releasing twice is harmless.
  */

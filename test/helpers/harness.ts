@@ -122,23 +122,34 @@ export function metricSamples(text: string, name: string): MetricSampleLine[] {
   const out: MetricSampleLine[] = []
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
-    const labels: Record<string, string> = {}
     const close = line.lastIndexOf('} ')
-    const body = close < 0 ? '' : line.slice(name.length + 1, close)
-    for (const m of body.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
-      labels[m[1]] = m[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c))
+    const labels = close < 0 ? {} : labelsOf(line.slice(name.length + 1, close))
     out.push({ labels, value: Number(line.slice(line.lastIndexOf(' ') + 1)) })
   }
   return out
 }
 
+/** The labels of a sample as the text writes them between the braces (`a="1",b="x\"y"`), unescaped. */
+function labelsOf(body: string): Record<string, string> {
+  const labels: Record<string, string> = {}
+  for (const m of body.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
+    labels[m[1]] = m[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c))
+  return labels
+}
+
 /**
- * The value of one sample in a gateway's /metrics text, 0 when absent. `series` is the sample as the
- * text names it: `wardline_concurrency_refused_total`, or with its labels,
- * `wardline_requests_total{decision="allow"}`.
+ * The value of one sample in a gateway's /metrics text, 0 when absent. `series` names the sample as
+ * the text would: `wardline_concurrency_refused_total`, or with its labels,
+ * `wardline_requests_total{decision="allow"}`. The labels must be exactly those, in any order: the
+ * order the text prints them in, like the order of its series, is not something a scraper reads.
  */
 export async function metricSample(gatewayUrl: string, series: string): Promise<number> {
   const text = await (await fetch(`${gatewayUrl}/metrics`)).text()
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `))
-  return line === undefined ? 0 : Number(line.slice(series.length + 1))
+  const brace = series.indexOf('{')
+  const name = brace < 0 ? series : series.slice(0, brace)
+  const wanted = Object.entries(brace < 0 ? {} : labelsOf(series.slice(brace + 1, series.lastIndexOf('}'))))
+  const found = metricSamples(text, name).find(
+    ({ labels }) => Object.keys(labels).length === wanted.length && wanted.every(([k, v]) => labels[k] === v),
+  )
+  return found === undefined ? 0 : found.value
 }

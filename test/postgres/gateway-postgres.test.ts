@@ -8,6 +8,8 @@ import { startGateway } from '../../src/server/compose'
 import { MCP_HEADERS, as, configFrom, type Harness, startHarness, tempDir, toolCall } from '../helpers/harness'
 import { closeTestDatabase, openTestDatabase, type TestDatabase } from '../helpers/postgres'
 import { PostgresProxy } from '../helpers/postgres-proxy'
+import { busySessions } from '../helpers/budget-rows'
+import { waitFor } from '../helpers/wait'
 
 /** The row of an acme identity's bucket: the budget below has one 60 s window. */
 const identityRow = (identity: string): string => windowKey(identityKey('acme', identity), 60)
@@ -47,7 +49,7 @@ async function countOf(key: string): Promise<number | null> {
 
 /**
  * Holds the caller's identity row lock while one call goes through (it must fail open, answered 200
- * in well under the lock's hold), keeps the lock `holdMs` more, then gives a late commit time to land.
+ * in well under the lock's hold), keeps the lock `holdMs` more, then waits until a late commit would have landed.
  */
 async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number): Promise<void> {
   const holder = await pool.connect()
@@ -64,7 +66,8 @@ async function failsOpenUnderLock(h: Harness, identity: string, holdMs: number):
   } finally {
     holder.release()
   }
-  await pool.query('SELECT pg_sleep(0.2)') // a negative check: a late charge gets its chance to land before the count is read
+  // A late charge would be a statement queued behind the lock: once nothing runs in the database it has landed.
+  await waitFor(async () => (await busySessions(pool)) === 0, { what: 'every statement queued behind the lock to end', intervalMs: 20 })
 }
 
 describe('gateway with postgres_storage', () => {

@@ -6,7 +6,7 @@ import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { budgetStoreContract, bucket } from '../budget/store-contract'
 import { closeTestDatabase, openTestDatabase, type TestDatabase, testPool } from '../helpers/postgres'
-import { countOf, lockWaits } from '../helpers/budget-rows'
+import { busySessions, countOf, lockWaits } from '../helpers/budget-rows'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { waitFor } from '../helpers/wait'
 
@@ -304,8 +304,9 @@ describe('PostgresBudgetStore', () => {
     } finally {
       holder.release()
     }
-    // Give a ghost every chance to land, then look: the abandoned check must not have charged.
-    await pool.query('SELECT pg_sleep(0.1)')
+    // A ghost would have been queued behind the lock: once nothing runs in the database it has landed,
+    // and the abandoned check must not have charged.
+    await waitFor(async () => (await busySessions(pool)) === 0, { what: 'every statement queued behind the lock to end', intervalMs: 20 })
     expect(await countOf(pool, alice.key)).toBe(1)
     expect((await store.admit([alice])).buckets[0].remaining).toBe(8)
   })

@@ -122,6 +122,13 @@ describe('one replica cut off from the database', () => {
     const [a, b] = replicas
     const identity = 'q"u\\o\'te;--'
     const tenant = 'ac"me'
+    const send = (r: RunningGateway): Promise<number> =>
+      fetch(`${r.url}/mcp`, {
+        method: 'POST',
+        headers: { ...MCP_HEADERS, 'x-wardline-identity': identity, 'x-wardline-tenant': tenant },
+        body: JSON.stringify(toolCall('echo', { text: 'hi' })),
+      }).then(async (res) => (await res.text(), res.status))
+    expect(await send(a)).toBe(200)
     const made = await admin(b, 'POST', '/revocations', {
       identity,
       tenant,
@@ -129,12 +136,6 @@ describe('one replica cut off from the database', () => {
       reason: "'); DROP TABLE x; --",
     })
     expect(made.status).toBe(201)
-    const send = (r: RunningGateway): Promise<number> =>
-      fetch(`${r.url}/mcp`, {
-        method: 'POST',
-        headers: { ...MCP_HEADERS, 'x-wardline-identity': identity, 'x-wardline-tenant': tenant },
-        body: JSON.stringify(toolCall('echo', { text: 'hi' })),
-      }).then(async (res) => (await res.text(), res.status))
     await waitFor(async () => (await send(a)) === 401, { what: 'A to refuse the odd identity', intervalMs: 50 })
     expect((await admin(a, 'GET', '/revocations')).body.revocations).toEqual([made.body.revocation])
     expect(await call(a, 'q')).toBe(200)

@@ -84,7 +84,7 @@ test.failing(
           running++
           most = Math.max(most, running)
           extra.closeSSEStream?.()
-          await new Promise((resolve) => setTimeout(resolve, 4000))
+          await new Promise((resolve) => setTimeout(resolve, 4000)) // the tool's own work time: all six calls overlap in it
           running--
           return { content: [{ type: 'text', text: 'done' }] }
         })

@@ -154,8 +154,16 @@ test('upstream closed: /readyz 503 with the cause within one interval, logged on
   expect(down.body.checks.upstream).not.toHaveProperty('status')
   expect(await metricSample(rig.gateway.url, 'wardline_upstream_up')).toBe(0)
 
-  // Several more probes fail; the log says it once.
-  await new Promise((resolve) => setTimeout(resolve, 350))
+  // Several more probes fail (each one stamps /readyz with its own last_checked); the log says it once.
+  const failedAt = new Set<unknown>()
+  await waitFor(
+    async () => {
+      const r = await rig.readyz()
+      if (r.status === 503) failedAt.add(r.body.checks.upstream.last_checked)
+      return failedAt.size >= 4
+    },
+    { what: 'three more failed probes after the first' },
+  )
   const downLines = rig.lines().filter((l) => String(l.message).startsWith('upstream health check failed'))
   expect(downLines).toHaveLength(1)
   expect(downLines[0]).toMatchObject({ level: 'warn', cause: 'connection refused' })
@@ -268,6 +276,7 @@ test('probe off (enabled: false): /readyz is as without it, no upstream metric, 
   expect(body).toEqual({ status: 'ready', checks: {}, revocations: 'ok', revocations_storage: 'memory', revocations_active: 0 })
   const metrics = await (await fetch(`${rig.gateway.url}/metrics`)).text()
   expect(metrics).not.toContain('wardline_upstream_up')
+  // A negative check: nothing marks a probe that never happens, so the test gives one four intervals to come.
   await new Promise((resolve) => setTimeout(resolve, 200))
   expect(requests).toBe(0)
 })
@@ -308,6 +317,7 @@ test('shutdown stops the probe: no probe reaches the upstream afterwards', async
   await waitFor(() => requests >= 3, { what: 'three probes' })
   await rig.gateway.shutdown()
   const after = requests
+  // A negative check: nothing marks a probe that never happens, so the test gives one six intervals to come.
   await new Promise((resolve) => setTimeout(resolve, 300))
   expect(requests).toBe(after)
 })

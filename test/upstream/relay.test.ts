@@ -395,7 +395,7 @@ describe('upstream_timeout', () => {
     )
     const startedFirst = performance.now()
     const first = call(relay, { headers: { 'x-which': 'first' } }).response
-    await new Promise((resolve) => setTimeout(resolve, 150))
+    await new Promise((resolve) => setTimeout(resolve, 150)) // the scenario: the second request starts half a timeout later
     const startedSecond = performance.now()
     const second = call(relay, { headers: { 'x-which': 'second' } }).response
     expect((await call(relay, { headers: { 'x-which': 'answered' } }).response).statusCode).toBe(204)
