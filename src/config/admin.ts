@@ -46,10 +46,7 @@ export function readAdmin(
     } else if (token !== '' && !/^[\x21-\x7e]+$/.test(token)) {
       // A bearer token travels in a header as one word: a space, a line break (an env file's trailing
       // newline) or a non-ASCII character could never be sent back equal, so every call would get 401.
-      r.note(
-        at('token'),
-        'must be printable ASCII without spaces or line breaks (its value is not shown; openssl rand -hex 32 makes one)',
-      )
+      r.note(at('token'), 'must be printable ASCII without spaces or line breaks (its value is not shown; openssl rand -hex 32 makes one)')
     }
   }
   if (listen !== null && mainListen !== null && sharesListener(listen, mainListen)) {

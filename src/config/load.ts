@@ -14,16 +14,7 @@ import { readPostgres } from './postgres'
 import { readBlock, readKey, readLeaf } from './read-node'
 import { AUDIT, CONFIG_SPEC, FEATURES, TLS, keyNode } from './spec'
 import { Reader, deepFreeze, parseYaml, readText } from './reader'
-import type {
-  AdminConfig,
-  AuditConfig,
-  AuthConfig,
-  Config,
-  Features,
-  HttpConfig,
-  LogFormat,
-  PostgresConfig,
-} from './types'
+import type { AdminConfig, AuditConfig, AuthConfig, Config, Features, HttpConfig, LogFormat, PostgresConfig } from './types'
 
 export interface LoadOptions {
   readonly env?: NodeJS.ProcessEnv

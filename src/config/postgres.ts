@@ -9,6 +9,7 @@ export function readPostgres(r: Reader, value: unknown, path = 'postgres'): Post
   const o = readBlock(r, POSTGRES, value, path)
   const dsn = readKey(r, POSTGRES, o, 'dsn', path)
   if (o.dsn === undefined || o.dsn === null) r.note(join(path, 'dsn'), 'is required')
-  else if (dsn && !/^postgres(ql)?:\/\//.test(dsn)) r.note(join(path, 'dsn'), 'must be a postgres:// or postgresql:// URL (its value is not shown)')
+  else if (dsn && !/^postgres(ql)?:\/\//.test(dsn))
+    r.note(join(path, 'dsn'), 'must be a postgres:// or postgresql:// URL (its value is not shown)')
   return { dsn, maxConnections: readKey(r, POSTGRES, o, 'max_connections', path) }
 }

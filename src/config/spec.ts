@@ -87,7 +87,10 @@ export function choice<const T extends readonly string[]>(choices: T, options: K
 /** Text; `nonEmpty` (the usual) refuses `""`. */
 export function str(options: KeyOptions & { default?: string; nonEmpty?: boolean } = {}) {
   return tag(
-    Type.String({ ...(options.nonEmpty === false ? {} : { minLength: 1 }), ...(options.default === undefined ? {} : { default: options.default }) }),
+    Type.String({
+      ...(options.nonEmpty === false ? {} : { minLength: 1 }),
+      ...(options.default === undefined ? {} : { default: options.default }),
+    }),
     options,
   )
 }
@@ -98,15 +101,18 @@ export function strings(options: KeyOptions = {}) {
 }
 
 export function list<T extends TSchema>(items: T, options: KeyOptions & { minItems?: number; maxItems?: number } = {}) {
-  const bounds = { ...(options.minItems === undefined ? {} : { minItems: options.minItems }), ...(options.maxItems === undefined ? {} : { maxItems: options.maxItems }) }
+  const bounds = {
+    ...(options.minItems === undefined ? {} : { minItems: options.minItems }),
+    ...(options.maxItems === undefined ? {} : { maxItems: options.maxItems }),
+  }
   return tag(Type.Array(items, bounds), options)
 }
 
 /** A mapping of fixed keys; a key marked `required` must be given. */
 export function block<P extends Record<string, TSchema>>(properties: P, options: KeyOptions = {}) {
-  const shaped = Object.fromEntries(
-    Object.entries(properties).map(([k, v]) => [k, metaOf(v).required ? v : Type.Optional(v)]),
-  ) as { [K in keyof P]: P[K] }
+  const shaped = Object.fromEntries(Object.entries(properties).map(([k, v]) => [k, metaOf(v).required ? v : Type.Optional(v)])) as {
+    [K in keyof P]: P[K]
+  }
   return tag(Type.Object(shaped, { additionalProperties: false }), options)
 }
 
@@ -126,7 +132,7 @@ export function keyNode(node: TSchema, key: string): TSchema {
 }
 
 /** A host:port listener address (IPv6 in brackets). */
-const listenAddress = (description: string, required = false) => str({ description, required })
+const listenAddress = (description: string, blank = true) => str({ description, blank })
 
 /** The certificate files of one listener; `clientCertificates` adds the CA clients must chain to. */
 export function tlsBlock(description: string, files: { cert: string; key: string; ca?: string }) {
@@ -149,10 +155,21 @@ export const HEALTH_CHECK = block(
       default: 'GET',
       description: 'GET, HEAD or OPTIONS: safe methods only. GET asks for JSON, so an MCP endpoint answers 406 instead of streaming.',
     }),
-    interval_seconds: num(0, 3600, { exclusiveMin: true, default: 10, description: 'From the start of one probe to the start of the next.' }),
+    interval_seconds: num(0, 3600, {
+      exclusiveMin: true,
+      default: 10,
+      description: 'From the start of one probe to the start of the next.',
+    }),
     // 2 s: an MCP server answers an unsessioned GET at once (400, 405 or 406); a slower head is a sick server.
-    timeout_seconds: num(0, 60, { exclusiveMin: true, default: 2, description: "Bound on one probe: connection and the answer's head; past it, down." }),
-    affects_readiness: bool({ default: true, description: 'true: a down upstream makes /readyz answer 503; false: reported in its body only.' }),
+    timeout_seconds: num(0, 60, {
+      exclusiveMin: true,
+      default: 2,
+      description: "Bound on one probe: connection and the answer's head; past it, down.",
+    }),
+    affects_readiness: bool({
+      default: true,
+      description: 'true: a down upstream makes /readyz answer 503; false: reported in its body only.',
+    }),
   },
   {
     description:
@@ -181,7 +198,10 @@ function bucket(owner: 'tenant' | 'tool') {
   return {
     requests_per_window: int(1, 1_000_000_000, { description: `The ${owner}'s limit in units per window; left out: the top-level value.` }),
     window_seconds: num(0, MAX_WINDOW_SECONDS, { exclusiveMin: true, description: `The ${owner}'s window; left out: the top-level one.` }),
-    limits: windows(`Instead of the pair: the ${owner}'s windows, as budget.limits.`, "This window's length (fractions allowed, up to 31 days)."),
+    limits: windows(
+      `Instead of the pair: the ${owner}'s windows, as budget.limits.`,
+      "This window's length (fractions allowed, up to 31 days).",
+    ),
   }
 }
 
@@ -196,9 +216,12 @@ export const BUDGET = block(
       'Instead of the pair: several windows (1 to 8, distinct lengths), all of which must admit.',
       "This window's length (fractions allowed, up to 31 days); each length once per list.",
     ),
-    tenants: named(block(bucket('tenant'), { description: "A tenant's bucket: the pair or limits; a key left out takes the top-level value." }), {
-      description: 'Buckets shared by every identity of a tenant, by tenant name.',
-    }),
+    tenants: named(
+      block(bucket('tenant'), { description: "A tenant's bucket: the pair or limits; a key left out takes the top-level value." }),
+      {
+        description: 'Buckets shared by every identity of a tenant, by tenant name.',
+      },
+    ),
     tools: named(
       block(
         { ...bucket('tool'), cost: int(1, 1_000_000, { default: 1, description: 'Units one call charges to every bucket it passes.' }) },
@@ -238,7 +261,10 @@ export const POLICY = block(
         {
           identity: str({ required: true, description: "The caller's identity (glob: * matches any run of characters)." }),
           tenant: str({ description: "The caller's tenant (glob); absent: any tenant." }),
-          method: str({ default: 'tools/call', description: 'tools/call, a resources/… or prompts/… method, resources/*, prompts/* or *.' }),
+          method: str({
+            default: 'tools/call',
+            description: 'tools/call, a resources/… or prompts/… method, resources/*, prompts/* or *.',
+          }),
           tool: str({ required: true, description: 'Tool name, resource URI or prompt name (glob); * also matches list calls.' }),
           effect: choice(EFFECTS, { required: true, description: 'What a match decides.' }),
         },
@@ -269,7 +295,10 @@ export const JWT = block(
     }),
     identity_claim: str({ default: 'sub', description: 'Claim holding the identity.' }),
     tenant_claim: str({ default: 'tenant', description: 'Claim holding the tenant.' }),
-    require_tenant: bool({ default: false, description: 'true: a token without the tenant claim gets 401; false: it gets tenant default.' }),
+    require_tenant: bool({
+      default: false,
+      description: 'true: a token without the tenant claim gets 401; false: it gets tenant default.',
+    }),
     clock_tolerance_seconds: int(0, 3600, { default: 30, description: 'Leeway for exp / nbf / a future iat.' }),
     jwks_timeout_seconds: num(0, 60, { exclusiveMin: true, default: 5, description: 'Bound on one JWKS fetch.' }),
     jwks_cache_seconds: int(1, 86_400, { default: 600, description: 'JWKS refresh interval.' }),
@@ -280,7 +309,10 @@ export const JWT = block(
       default: 30,
       description: 'Least time between JWKS fetch attempts triggered by requests (unknown kid).',
     }),
-    cache_entries: int(0, 1_000_000, { default: 10_000, description: 'Verified tokens remembered (0 disables); an entry never outlives its token.' }),
+    cache_entries: int(0, 1_000_000, {
+      default: 10_000,
+      description: 'Verified tokens remembered (0 disables); an entry never outlives its token.',
+    }),
   },
   { description: 'Bearer token verification: exactly one of secret, jwks_url, jwks_file, public_key_file.' },
 )
@@ -309,13 +341,17 @@ export const AUDIT = block(
   {
     output: str({
       default: 'stdout',
-      description: 'Where JSONL audit lines go: stdout or a file path (relative to this file). null: none, only with features.postgres_storage.',
+      description:
+        'Where JSONL audit lines go: stdout or a file path (relative to this file). null: none, only with features.postgres_storage.',
     }),
     spill_file: str({
       default: '.wardline/audit-spill.jsonl',
       description: 'Where entries wait while the Postgres sink fails; replayed when it is back.',
     }),
-    max_queue_entries: int(100, 10_000_000, { default: 100_000, description: 'Entries held in memory per sink; past it new calls get 503.' }),
+    max_queue_entries: int(100, 10_000_000, {
+      default: 100_000,
+      description: 'Entries held in memory per sink; past it new calls get 503.',
+    }),
     retention_days: int(1, 36_500, {
       description: 'Delete audit_entries rows older than this many days (Postgres storage only). Absent: keep every row.',
     }),
@@ -344,8 +380,9 @@ export const FEATURES = block(
 
 export const ADMIN = block(
   {
-    listen: listenAddress('host:port of the admin listener; must differ from listen.'),
-    token: str({ description: 'Bearer token for the admin API, at least 32 bytes: use ${WARDLINE_ADMIN_TOKEN}.' }),
+    // listen and token are given together or not at all (ADMIN_TOGETHER): neither is left blank.
+    listen: listenAddress('host:port of the admin listener; must differ from listen.', false),
+    token: str({ blank: false, description: 'Bearer token for the admin API, at least 32 bytes: use ${WARDLINE_ADMIN_TOKEN}.' }),
     // Its own block, not the main listener's: the admin API is usually on loopback or a private network,
     // where another certificate (or none) fits, and its CLI trusts the certificate this block names.
     tls: tlsBlock('Serve the admin API over HTTPS; the CLI trusts the certificate cert_file names.', {
@@ -473,7 +510,11 @@ export const CONFIG_SPEC = block({
     description: 'On SIGTERM/SIGINT, how long /readyz answers 503 while the gateway still serves.',
     restart: (c) => c.shutdownDelaySeconds,
   }),
-  log_level: choice(['error', 'warn', 'info', 'debug'], { default: 'info', description: 'Application logs on stderr.', restart: (c) => c.logLevel }),
+  log_level: choice(['error', 'warn', 'info', 'debug'], {
+    default: 'info',
+    description: 'Application logs on stderr.',
+    restart: (c) => c.logLevel,
+  }),
   log_format: choice(['auto', 'json', 'text'], {
     default: 'auto',
     description: 'auto: one human line per event on a terminal, JSON otherwise; json or text force one.',

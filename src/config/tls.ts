@@ -10,13 +10,7 @@ import type { TlsConfig } from './types'
  * listener speaks plain HTTP. `ca_file` (client certificates) only where the block's node has it
  * (spec.ts tlsBlock).
  */
-export function readTls(
-  r: Reader,
-  value: unknown,
-  path: string,
-  resolvePath: (p: string) => string,
-  node: TObject,
-): TlsConfig | null {
+export function readTls(r: Reader, value: unknown, path: string, resolvePath: (p: string) => string, node: TObject): TlsConfig | null {
   if (value === undefined || value === null) return null
   const o = readBlock(r, node, value, path)
   if (typeof value !== 'object' || Array.isArray(value)) return null // noted by r.object: one problem, not three
@@ -28,7 +22,9 @@ export function readTls(
   }
   const certFile = readLeaf(r, keyNode(node, 'cert_file'), o.cert_file, join(path, 'cert_file')) as string
   const keyFile = readLeaf(r, keyNode(node, 'key_file'), o.key_file, join(path, 'key_file')) as string
-  const caFile = keysOf(node).includes('ca_file') ? (readLeaf(r, keyNode(node, 'ca_file'), o.ca_file, join(path, 'ca_file')) as string | null) : null
+  const caFile = keysOf(node).includes('ca_file')
+    ? (readLeaf(r, keyNode(node, 'ca_file'), o.ca_file, join(path, 'ca_file')) as string | null)
+    : null
   if (certFile === '' || keyFile === '') return null
   return { certFile: resolvePath(certFile), keyFile: resolvePath(keyFile), caFile: caFile === null ? null : resolvePath(caFile) }
 }

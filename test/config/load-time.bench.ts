@@ -13,7 +13,10 @@ const env = { WARDLINE_JWT_SECRET: 'a-test-secret-that-is-long-enough-for-hs256'
 const lines = ['upstream: http://127.0.0.1:3001', 'auth: { mode: jwt, jwt: { secret: "${WARDLINE_JWT_SECRET}" } }', 'budget:', '  tenants:']
 for (let i = 0; i < 500; i++) lines.push(`    t${i}: { requests_per_window: ${i + 1}, window_seconds: 60 }`)
 lines.push('  tools:')
-for (let i = 0; i < 500; i++) lines.push(`    tool${i}: { limits: [{ requests_per_window: 5, window_seconds: 1 }, { requests_per_window: 50, window_seconds: 60 }], cost: 2 }`)
+for (let i = 0; i < 500; i++)
+  lines.push(
+    `    tool${i}: { limits: [{ requests_per_window: 5, window_seconds: 1 }, { requests_per_window: 50, window_seconds: 60 }], cost: 2 }`,
+  )
 lines.push('policy:', '  default: deny', '  rules:')
 for (let i = 0; i < 500; i++) lines.push(`    - { identity: "user${i}", tenant: "t${i}", tool: "tool${i}", effect: allow }`)
 const files: Array<[string, string]> = [
