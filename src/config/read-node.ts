@@ -37,25 +37,25 @@ export function readLeaf<T extends TSchema>(r: Reader, node: T, value: unknown, 
   const s = node as Shape
   const meta = metaOf(node)
   const given = (s.default ?? fallback) as never
-  if (meta.stringOrList) return r.stringOrList(value, path) as never
+  if (meta.stringOrList) return r.stringOrList(value, path)
   if (s.anyOf !== undefined) {
     const choices = choicesOf(node)
-    return r.oneOf(value, path, choices, (given ?? choices[0]) as string) as never
+    return r.oneOf(value, path, choices, given ?? choices[0])
   }
-  switch (s.type) {
+  switch (s.type ?? '') {
     case 'integer':
-      return r.int(value, path, given ?? (s.minimum as number), s.minimum as number, s.maximum as number) as never
+      return r.int(value, path, given ?? (s.minimum as number), s.minimum as number, s.maximum as number)
     case 'number': {
       const exclusive = s.exclusiveMinimum !== undefined
       const min = (exclusive ? s.exclusiveMinimum : s.minimum) as number
-      return r.number(value, path, given ?? (s.maximum as number), min, s.maximum as number, exclusive) as never
+      return r.number(value, path, given ?? (s.maximum as number), min, s.maximum as number, exclusive)
     }
     case 'boolean':
-      return r.bool(value, path, given ?? false) as never
+      return r.bool(value, path, given ?? false)
     case 'string': {
       const nonEmpty = s.minLength === 1
-      if (s.default === undefined && fallback === undefined && !meta.required) return r.optionalString(value, path) as never
-      return r.string(value, path, given ?? '', { nonEmpty }) as never
+      if (s.default === undefined && fallback === undefined && !meta.required) return r.optionalString(value, path)
+      return r.string(value, path, given ?? '', { nonEmpty })
     }
     default:
       throw new Error(`${path}: not a leaf of the config schema`)

@@ -70,7 +70,7 @@ function print(node: TSchema, blank: boolean, options: Options): JsonSchema {
     return { ...head, anyOf: [text, { type: 'array', items: text }, ...(blank ? [{ type: 'null' }] : [])] }
   }
   if (s.anyOf !== undefined) return scalar({ enum: s.anyOf.map((c) => c.const) })
-  switch (s.type) {
+  switch (s.type ?? '') {
     case 'integer':
     case 'number': {
       const lower = s.exclusiveMinimum !== undefined ? { exclusiveMinimum: s.exclusiveMinimum } : { minimum: s.minimum }

@@ -63,7 +63,7 @@ function documentedBlocks(): Array<[string, string]> {
         continue
       if ('rules' in tree && !('upstream' in tree)) continue // a policy file's content
       const whole = 'upstream' in tree
-      out.push([`${file} block ${index}`, whole ? m[1] : yaml.dump({ ...structuredClone(BASE), ...(tree as object) })])
+      out.push([`${file} block ${index}`, whole ? m[1] : yaml.dump({ ...structuredClone(BASE), ...tree })])
     }
   }
   return out
