@@ -1,11 +1,12 @@
 import { GATED_METHODS } from '../mcp/methods'
-import type { Effect, PolicyConfig, PolicyRule } from './types'
+import type { TSchema } from '@sinclair/typebox'
+import type { PolicyConfig, PolicyRule } from './types'
 import { isUnterminated } from './origin'
 import { Reader, join, parseYaml, readText } from './reader'
+import { readBlock, readKey, readLeaf } from './read-node'
+import { POLICY, keyNode } from './spec'
 
-const POLICY_KEYS = ['default', 'rules', 'filter_lists']
-const RULE_KEYS = ['identity', 'tenant', 'method', 'tool', 'effect']
-const EFFECTS: readonly Effect[] = ['allow', 'deny']
+const RULE = (POLICY.properties.rules as unknown as { items: TSchema }).items
 
 /**
  * A rule names a gated method exactly (GATED_METHODS) or a family. A name outside the list is far more
@@ -14,8 +15,8 @@ const EFFECTS: readonly Effect[] = ['allow', 'deny']
  */
 /** Method patterns a rule may use besides the exact names: every gated method, or one family. */
 export const METHOD_FAMILIES: readonly string[] = ['*', 'resources/*', 'prompts/*']
-/** An omitted method means tools/call: most policies are about tools. */
-export const DEFAULT_METHOD = 'tools/call'
+/** An omitted method means tools/call: most policies are about tools (the rule's `method` default in spec.ts). */
+export const DEFAULT_METHOD = (keyNode(RULE, 'method') as unknown as { default: string }).default
 
 /**
  * Reads the policy from the inline `policy:` block or from `policy_file` (one of the two). Neither
@@ -92,14 +93,14 @@ export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
 }
 
 function readPolicyTree(r: Reader, tree: object, base: string, source: string): PolicyConfig {
-  const o = r.object(tree, base, POLICY_KEYS)
+  const o = readBlock(r, POLICY, tree, base)
   const defaultPath = join(base, 'default')
   if (o.default === undefined || o.default === null) r.note(defaultPath, 'is required (allow or deny)')
-  const defaultEffect = r.oneOf(o.default, defaultPath, EFFECTS, 'deny')
+  const defaultEffect = readKey(r, POLICY, o, 'default', base, 'deny')
   const rulesPath = join(base, 'rules')
   const rules = r.list(o.rules, rulesPath).map((node, i) => readRule(r, node, join(rulesPath, i)))
   // Lists show a caller only what it may use unless the operator turns it off (docs/policy.md).
-  const filterLists = r.bool(o.filter_lists, join(base, 'filter_lists'), true)
+  const filterLists = readKey(r, POLICY, o, 'filter_lists', base)
   const policy = { default: defaultEffect, rules, source, filterLists }
   POLICY_TEXT.set(policy, { rulesWritten: o.rules !== undefined && o.rules !== null, unterminated: false })
   return policy
@@ -110,7 +111,7 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
     r.note(path, 'must be a mapping with identity, tool and effect')
     return { identity: '', tenant: null, method: DEFAULT_METHOD, target: '', effect: 'deny' }
   }
-  const o = r.object(node, path, RULE_KEYS)
+  const o = readBlock(r, RULE, node, path)
   const required = (key: string): void => {
     if (o[key] === undefined || o[key] === null) r.note(join(path, key), 'is required')
   }
@@ -118,15 +119,15 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
   required('tool')
   required('effect')
   const methodPath = join(path, 'method')
-  const method = r.string(o.method, methodPath, DEFAULT_METHOD, { nonEmpty: true })
+  const method = readLeaf(r, keyNode(RULE, 'method'), o.method, methodPath) as string
   if (!GATED_METHODS.includes(method) && !METHOD_FAMILIES.includes(method)) {
     r.note(methodPath, `must be one of ${[...GATED_METHODS, ...METHOD_FAMILIES].join(', ')}`)
   }
   return {
-    identity: r.string(o.identity, join(path, 'identity'), '', { nonEmpty: true }),
-    tenant: r.optionalString(o.tenant, join(path, 'tenant')),
+    identity: readLeaf(r, keyNode(RULE, 'identity'), o.identity, join(path, 'identity')) as string,
+    tenant: readLeaf(r, keyNode(RULE, 'tenant'), o.tenant, join(path, 'tenant')) as string | null,
     method,
-    target: r.string(o.tool, join(path, 'tool'), '', { nonEmpty: true }),
-    effect: r.oneOf(o.effect, join(path, 'effect'), EFFECTS, 'deny'),
+    target: readLeaf(r, keyNode(RULE, 'tool'), o.tool, join(path, 'tool')) as string,
+    effect: readLeaf(r, keyNode(RULE, 'effect'), o.effect, join(path, 'effect'), 'deny') as PolicyRule['effect'],
   }
 }

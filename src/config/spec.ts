@@ -121,6 +121,11 @@ export function named<T extends TSchema>(entry: T, options: KeyOptions = {}) {
   return tag(Type.Record(Type.String(), entry), options)
 }
 
+/** The node each entry of a `named` mapping holds. */
+export function entryOf(node: TSchema): TSchema {
+  return Object.values((node as unknown as { patternProperties: Record<string, TSchema> }).patternProperties)[0]
+}
+
 /** The keys of a block node, in order: what a reader allows there. */
 export function keysOf(node: TSchema): string[] {
   return Object.keys((node as { properties?: object }).properties ?? {})
