@@ -414,6 +414,20 @@ export const METRICS = block(
   { description: 'Where /metrics is served.', restart: (c) => c.metrics },
 )
 
+// The choice keys the Config's types name (types.ts), kept apart from CONFIG_SPEC so those types do
+// not depend on the restart accessors, which read a Config.
+export const LOG_LEVEL = choice(['error', 'warn', 'info', 'debug'], { default: 'info', description: 'Application logs on stderr.' })
+export const LOG_FORMAT = choice(['auto', 'json', 'text'], {
+  default: 'auto',
+  description: 'auto: one human line per event on a terminal, JSON otherwise; json or text force one.',
+})
+// `http` by default: what clients got before the key existed, and what budget.md documents.
+export const TOOL_REFUSALS = choice(['http', 'result'], {
+  default: 'http',
+  description:
+    'How a refused tools/call is answered: http (429/403 with a JSON-RPC error) or result (HTTP 200 with a tool result marked isError a model can read).',
+})
+
 const origin = str({ description: 'An origin as browsers send it: https://app.example.com, or null.' })
 
 /** The whole file. The order is the order of the docs table and of the JSON Schema. */
@@ -515,16 +529,8 @@ export const CONFIG_SPEC = block({
     description: 'On SIGTERM/SIGINT, how long /readyz answers 503 while the gateway still serves.',
     restart: (c) => c.shutdownDelaySeconds,
   }),
-  log_level: choice(['error', 'warn', 'info', 'debug'], {
-    default: 'info',
-    description: 'Application logs on stderr.',
-    restart: (c) => c.logLevel,
-  }),
-  log_format: choice(['auto', 'json', 'text'], {
-    default: 'auto',
-    description: 'auto: one human line per event on a terminal, JSON otherwise; json or text force one.',
-    restart: (c) => c.logFormat,
-  }),
+  log_level: placed(LOG_LEVEL, { restart: (c) => c.logLevel }),
+  log_format: placed(LOG_FORMAT, { restart: (c) => c.logFormat }),
   features: FEATURES,
   audit: AUDIT,
   auth: AUTH,
@@ -535,12 +541,7 @@ export const CONFIG_SPEC = block({
     description: 'A YAML file holding default and rules (relative to this file); instead of the inline policy block.',
   }),
   postgres: POSTGRES,
-  // `http` by default: what clients got before the key existed, and what budget.md documents.
-  tool_refusals: choice(['http', 'result'], {
-    default: 'http',
-    description:
-      'How a refused tools/call is answered: http (429/403 with a JSON-RPC error) or result (HTTP 200 with a tool result marked isError a model can read).',
-  }),
+  tool_refusals: TOOL_REFUSALS,
   admin: ADMIN,
   // The paths only: SIGHUP re-reads the files they name (a renewed certificate) without a restart.
   tls: placed(TLS, { restart: (c) => c.tls }),
