@@ -94,7 +94,7 @@ function readLogFormat(r: Reader, value: unknown): LogFormat {
   return readKey(r, CONFIG_SPEC, { log_format: value }, 'log_format', '')
 }
 
-/** The whole file's reading; also run by config/schema.ts, which records each Reader call into the JSON Schema. */
+/** The whole file's reading: each block by its node in the declarative schema (spec.ts), then the cross-field rules. */
 export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   if (typeof tree !== 'object' || tree === null || Array.isArray(tree)) {
     r.note('', 'the configuration must be a mapping of keys')
