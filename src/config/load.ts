@@ -1,4 +1,5 @@
 import { isIP } from 'node:net'
+import type { TSchema } from '@sinclair/typebox'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { ConfigError } from '../errors'
 import { readAdmin } from './admin'
@@ -193,10 +194,11 @@ function readListen(r: Reader, value: unknown, path: string): Config['listen'] {
 }
 
 function readHttp(r: Reader, o: Record<string, unknown>, listen: Config['listen']): HttpConfig {
-  const strings = (key: string, check: (value: string) => string | null): string[] => {
+  const strings = (key: 'allowed_origins' | 'allowed_hosts' | 'trusted_proxies', check: (value: string) => string | null): string[] => {
     const out: string[] = []
-    r.list(o[key], key).forEach((item, i) => {
-      const value = r.string(item, `${key}[${i}]`, '', { nonEmpty: true })
+    const item = (keyNode(CONFIG_SPEC, key) as unknown as { items: TSchema }).items
+    r.list(o[key], key).forEach((node, i) => {
+      const value = readLeaf(r, item, node, `${key}[${i}]`, '') as string
       if (value === '') return
       const problem = check(value)
       if (problem !== null) r.note(`${key}[${i}]`, problem)

@@ -23,28 +23,34 @@ export const DEFAULT_METHOD = (keyNode(RULE, 'method') as unknown as { default: 
  * means no policy: every call is allowed and compose says so at startup. Problems in a policy file
  * are prefixed with the file's path, inline ones with `policy.`, each with its rule index.
  */
-export function readPolicy(r: Reader, inline: unknown, file: unknown, resolvePath: (p: string) => string): PolicyConfig | null {
+export function readPolicy(
+  r: Reader,
+  inline: unknown,
+  file: unknown,
+  resolvePath: (p: string) => string,
+  at: { readonly inline: string; readonly file: string } = { inline: 'policy', file: 'policy_file' },
+): PolicyConfig | null {
   if (inline !== undefined && file !== undefined) {
-    r.note('policy_file', 'cannot be used together with an inline policy: keep one of the two')
+    r.note(at.file, 'cannot be used together with an inline policy: keep one of the two')
     return null
   }
   if (inline !== undefined) {
     if (inline === null || typeof inline !== 'object' || Array.isArray(inline)) {
-      r.note('policy', 'must be a mapping with default and rules')
+      r.note(at.inline, 'must be a mapping with default and rules')
       return null
     }
-    return readPolicyTree(r, inline, 'policy', 'inline')
+    return readPolicyTree(r, inline, at.inline, 'inline')
   }
   if (file === undefined) return null
   // `policy_file:` with nothing after it is a mistake, not a wish to run without a policy (which is
   // what removing the key says): failing open on a blank line would allow every call.
   if (file === null) {
-    r.note('policy_file', 'is empty: give the path of a policy file, or remove the key to run without a policy')
+    r.note(at.file, 'is empty: give the path of a policy file, or remove the key to run without a policy')
     return null
   }
-  const name = r.string(file, 'policy_file', '', { nonEmpty: true })
+  const name = r.string(file, at.file, '', { nonEmpty: true })
   if (name === '') return null
-  return readPolicyFile(r, resolvePath(name))
+  return readPolicyFile(r, resolvePath(name), at.file)
 }
 
 /**
@@ -66,10 +72,10 @@ export function policyText(policy: PolicyConfig): PolicyText | null {
 }
 
 /** A policy file holds the same mapping as the inline block. Taken literally: no ${VAR} expansion. */
-export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
+export function readPolicyFile(r: Reader, path: string, key = 'policy_file'): PolicyConfig | null {
   const file = readText(path)
   if ('problem' in file) {
-    r.note('policy_file', `${path} ${file.problem}`)
+    r.note(key, `${path} ${file.problem}`)
     return null
   }
   const parsed = parseYaml(file.text)
