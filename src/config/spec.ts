@@ -1,4 +1,4 @@
-import { type Static, type TLiteral, type TSchema, type TUnion, Type } from '@sinclair/typebox'
+import { type TLiteral, type TSchema, type TUnion, Type } from '@sinclair/typebox'
 import type { Config } from './types'
 
 /**
@@ -11,8 +11,9 @@ import type { Config } from './types'
  * and formats (URLs, host:port) stay code in the readers.
  *
  * The nodes are TypeBox schemas (plain JSON Schema objects): what the JSON Schema says is the node
- * itself, and `Static<typeof CONFIG_SPEC>` is the file's shape as TypeScript sees it. What JSON Schema
- * has no word for rides on each node under the `META` symbol, which no JSON output ever shows.
+ * itself, and `Static<typeof NODE>` is the TypeScript type of a key (types.ts takes the choice types
+ * from here). What JSON Schema has no word for rides on each node under the `META` symbol, which no
+ * JSON output shows.
  *
  * Every block is a value, not a place: a reader is given a block's node and the path the block sits
  * at, so the same block can be read at any path (`upstream_health_check` today, a server's own later).
@@ -33,8 +34,6 @@ export interface KeyMeta {
   readonly blank?: boolean
   /** The key is read as one string or a list of strings (an audience, the accepted algorithms). */
   readonly stringOrList?: boolean
-  /** Why the default shown is what it is: reasons for operators stay in the docs, not here. */
-  readonly inherited?: boolean
 }
 
 /** Options every key builder takes: prose for editors and the docs table, and the metadata above. */
@@ -547,8 +546,3 @@ export const CONFIG_SPEC = block({
   tls: placed(TLS, { restart: (c) => c.tls }),
   metrics: METRICS,
 })
-
-/** wardline.yaml as TypeScript sees the file (snake_case, before defaults): what CONFIG_SPEC accepts. */
-export type WardlineFile = Static<typeof CONFIG_SPEC>
-/** A policy file (policy_file:) as TypeScript sees it. */
-export type PolicyFile = Static<typeof POLICY>
