@@ -32,3 +32,18 @@ test('the table has one row per key of the schema', () => {
   const rows = keyTable().split('\n').slice(2)
   expect(rows.map((row) => /^\| `([^`]+)`/.exec(row)?.[1])).toEqual(schemaKeys().map((k) => k.pattern))
 })
+
+test('the hand-written section tables of docs/configuration.md show the defaults the schema has', () => {
+  const page = readFileSync(join(ROOT, 'docs/configuration.md'), 'utf8')
+  const sections = page.slice(page.indexOf(TABLE_END))
+  const defaults = new Map(schemaKeys().map((k) => [k.pattern, (k.node as { default?: unknown }).default]))
+  const checked: Array<{ key: string; documented: string; schema: string }> = []
+  for (const m of sections.matchAll(/^\| `([^`]+)` \| [^|]* \| `([^`]*)`/gm)) {
+    const schema = defaults.get(m[1])
+    // Keys whose absence means "none" or "the top-level value" have no default in the schema.
+    if (schema === undefined) continue
+    checked.push({ key: m[1], documented: m[2], schema: JSON.stringify(schema).replace(/^"|"$/g, '') })
+  }
+  expect(checked.length).toBeGreaterThan(30)
+  expect(checked.filter((c) => c.documented !== c.schema)).toEqual([])
+})
