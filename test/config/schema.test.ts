@@ -2,7 +2,6 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import Ajv, { type ErrorObject, type ValidateFunction } from 'ajv'
 import yaml from 'js-yaml'
-import { schemaText } from '../../src/cli/schema'
 import { parseConfig } from '../../src/config/load'
 import type { TSchema } from '@sinclair/typebox'
 import { readHealthCheck } from '../../src/config/health-check'
@@ -225,17 +224,7 @@ const keysOf = (kind: string): Array<{ path: string; call: Record<string, unknow
     .filter(({ call }) => call.kind === kind)
 
 describe('wardline schema', () => {
-  test('the checked-in wardline.schema.json and wardline.policy.schema.json are what `wardline schema` prints', () => {
-    for (const [file, which] of [
-      ['wardline.schema.json', 'config'],
-      ['wardline.policy.schema.json', 'policy'],
-    ] as const) {
-      const checkedIn = readFileSync(join(ROOT, file), 'utf8')
-      if (checkedIn !== schemaText(which))
-        throw new Error(`${file} is stale: src/config/spec.ts changed. Regenerate it: npm run build && npm run schema`)
-    }
-  })
-
+  // That the checked-in copies are what this prints: test/config/generated.test.ts.
   test('the command prints the schema on stdout and exits 0, as an operator runs it', () => {
     const r = runCli(['schema'])
     expect(r).toMatchObject({ code: 0, stderr: '' })
