@@ -1,5 +1,7 @@
 import { readListenAddress, sharesListener } from './listen-address'
-import type { Reader } from './reader'
+import { type Reader, join } from './reader'
+import { readBlock, readKey } from './read-node'
+import { ADMIN } from './spec'
 import { readTls } from './tls'
 import type { AdminConfig, Config } from './types'
 
@@ -20,39 +22,38 @@ export function readAdmin(
   value: unknown,
   mainListen: Config['listen'] | null,
   resolvePath: (p: string) => string,
+  path = 'admin',
 ): AdminConfig | null {
   if (value === undefined || value === null) return null
-  const o = r.object(value, 'admin', ['listen', 'token', 'tls'])
+  const o = readBlock(r, ADMIN, value, path)
+  const at = (key: string): string => join(path, key)
   if (o.listen === undefined || o.listen === null) {
     if (o.token !== undefined && o.token !== null) {
-      r.note('admin.listen', 'is required when admin.token is set (remove the admin: block to keep the admin API off)')
+      r.note(at('listen'), 'is required when admin.token is set (remove the admin: block to keep the admin API off)')
     }
     // No listener, nothing served (as `admin: {}`), but its shape is checked: every problem at once.
-    readTls(r, o.tls, 'admin.tls', resolvePath, { clientCertificates: false })
+    readTls(r, o.tls, at('tls'), resolvePath, ADMIN.properties.tls)
     return null
   }
-  const listen = readListenAddress(r, o.listen, 'admin.listen', '127.0.0.1:9090')
+  const listen = readListenAddress(r, o.listen, at('listen'), '127.0.0.1:9090')
   let token = ''
   if (o.token === undefined || o.token === null) {
-    r.note('admin.token', 'is required when admin.listen is set (e.g. token: ${WARDLINE_ADMIN_TOKEN})')
+    r.note(at('token'), 'is required when admin.listen is set (e.g. token: ${WARDLINE_ADMIN_TOKEN})')
   } else {
-    token = r.string(o.token, 'admin.token', '', { nonEmpty: true })
+    token = readKey(r, ADMIN, o, 'token', path, '')
     if (token !== '' && Buffer.byteLength(token, 'utf8') < MIN_ADMIN_TOKEN_BYTES) {
-      r.note('admin.token', `must be at least ${MIN_ADMIN_TOKEN_BYTES} bytes (its value is not shown; openssl rand -hex 32 makes one)`)
+      r.note(at('token'), `must be at least ${MIN_ADMIN_TOKEN_BYTES} bytes (its value is not shown; openssl rand -hex 32 makes one)`)
     } else if (token !== '' && !/^[\x21-\x7e]+$/.test(token)) {
       // A bearer token travels in a header as one word: a space, a line break (an env file's trailing
       // newline) or a non-ASCII character could never be sent back equal, so every call would get 401.
-      r.note(
-        'admin.token',
-        'must be printable ASCII without spaces or line breaks (its value is not shown; openssl rand -hex 32 makes one)',
-      )
+      r.note(at('token'), 'must be printable ASCII without spaces or line breaks (its value is not shown; openssl rand -hex 32 makes one)')
     }
   }
   if (listen !== null && mainListen !== null && sharesListener(listen, mainListen)) {
-    r.note('admin.listen', `must differ from listen (${mainListen.host}:${mainListen.port}): the admin API needs its own listener`)
+    r.note(at('listen'), `must differ from listen (${mainListen.host}:${mainListen.port}): the admin API needs its own listener`)
   }
   // Its own block, not the main listener's: the admin API is usually on loopback or a private network,
   // where another certificate (or none) fits, and its CLI trusts the certificate this block names.
-  const tls = readTls(r, o.tls, 'admin.tls', resolvePath, { clientCertificates: false })
+  const tls = readTls(r, o.tls, at('tls'), resolvePath, ADMIN.properties.tls)
   return listen === null ? null : { listen, token, tls }
 }

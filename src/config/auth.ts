@@ -1,5 +1,7 @@
 import type { AuthConfig, JwtConfig, ResourceMetadata } from './types'
 import { type Reader, join } from './reader'
+import { readBlock, readKey } from './read-node'
+import { AUTH, JWT } from './spec'
 
 const HMAC_ALGORITHMS = ['HS256', 'HS384', 'HS512']
 const ASYMMETRIC_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA']
@@ -12,65 +14,53 @@ const KEY_SOURCES = ['secret', 'jwks_url', 'jwks_file', 'public_key_file'] as co
  */
 const MIN_SECRET_BYTES = 32
 
-export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => string): AuthConfig {
-  const o = r.object(value, 'auth', ['mode', 'jwt', 'resource_metadata_url', 'resource_metadata'])
-  const mode = r.oneOf(o.mode, 'auth.mode', ['jwt', 'header'] as const, 'jwt')
-  const given = r.optionalString(o.resource_metadata_url, 'auth.resource_metadata_url')
+/** The `auth:` block at `path`. */
+export function readAuth(r: Reader, value: unknown, resolvePath: (p: string) => string, path = 'auth'): AuthConfig {
+  const o = readBlock(r, AUTH, value, path)
+  const at = (key: string): string => join(path, key)
+  const mode = readKey(r, AUTH, o, 'mode', path)
+  const given = readKey(r, AUTH, o, 'resource_metadata_url', path) as string | null
   // Serialized by the URL parser (a `"` or a space in the path is percent-encoded), then held to
   // printable ASCII without `"` and `\`: it goes into a quoted string in WWW-Authenticate.
-  const resourceMetadataUrl = given === null ? null : (checkUrl(r, given, 'auth.resource_metadata_url', ['http:', 'https:'])?.href ?? given)
+  const resourceMetadataUrl = given === null ? null : (checkUrl(r, given, at('resource_metadata_url'), ['http:', 'https:'])?.href ?? given)
   if (resourceMetadataUrl !== null && /["\\]|[^\x21-\x7e]/.test(resourceMetadataUrl)) {
-    r.note('auth.resource_metadata_url', 'must not contain " or \\ or characters outside printable ASCII (percent-encode them)')
+    r.note(at('resource_metadata_url'), 'must not contain " or \\ or characters outside printable ASCII (percent-encode them)')
   }
-  const resourceMetadata = readResourceMetadata(r, o.resource_metadata)
+  const resourceMetadata = readResourceMetadata(r, o.resource_metadata, at('resource_metadata'))
   if (mode === 'header') {
-    if (o.jwt !== undefined) r.note('auth.jwt', 'is only used with auth.mode: jwt')
+    if (o.jwt !== undefined) r.note(at('jwt'), 'is only used with auth.mode: jwt')
     return { mode, resourceMetadataUrl, resourceMetadata }
   }
-  return { mode, resourceMetadataUrl, resourceMetadata, jwt: readJwt(r, o.jwt, resolvePath) }
+  return { mode, resourceMetadataUrl, resourceMetadata, jwt: readJwt(r, o.jwt, resolvePath, at('jwt')) }
 }
 
-function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string): JwtConfig {
-  const o = r.object(value, 'auth.jwt', [
-    ...KEY_SOURCES,
-    'issuer',
-    'audience',
-    'algorithms',
-    'identity_claim',
-    'tenant_claim',
-    'require_tenant',
-    'clock_tolerance_seconds',
-    'jwks_timeout_seconds',
-    'jwks_cache_seconds',
-    'jwks_cooldown_seconds',
-    'cache_entries',
-  ])
-  const secret = r.optionalString(o.secret, 'auth.jwt.secret')
+function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string, path: string): JwtConfig {
+  const o = readBlock(r, JWT, value, path)
+  const at = (key: string): string => join(path, key)
+  const text = (key: 'secret' | 'jwks_url' | 'jwks_file' | 'public_key_file' | 'issuer'): string | null => readKey(r, JWT, o, key, path)
+  const secret = text('secret')
   if (secret !== null && Buffer.byteLength(secret) < MIN_SECRET_BYTES) {
-    r.note('auth.jwt.secret', `must be at least ${MIN_SECRET_BYTES} bytes (its value is not shown)`)
+    r.note(at('secret'), `must be at least ${MIN_SECRET_BYTES} bytes (its value is not shown)`)
   }
-  const jwksUrl = r.optionalString(o.jwks_url, 'auth.jwt.jwks_url')
-  if (jwksUrl !== null) checkUrl(r, jwksUrl, 'auth.jwt.jwks_url', ['http:', 'https:'])
-  const jwksFile = r.optionalString(o.jwks_file, 'auth.jwt.jwks_file')
-  const publicKeyFile = r.optionalString(o.public_key_file, 'auth.jwt.public_key_file')
+  const jwksUrl = text('jwks_url')
+  if (jwksUrl !== null) checkUrl(r, jwksUrl, at('jwks_url'), ['http:', 'https:'])
+  const jwksFile = text('jwks_file')
+  const publicKeyFile = text('public_key_file')
   const sources = KEY_SOURCES.filter((k) => o[k] !== undefined && o[k] !== null)
   if (sources.length !== 1) {
-    r.note(
-      'auth.jwt',
-      `needs exactly one key source among ${KEY_SOURCES.join(', ')}${sources.length ? ` (found ${sources.join(', ')})` : ''}`,
-    )
+    r.note(path, `needs exactly one key source among ${KEY_SOURCES.join(', ')}${sources.length ? ` (found ${sources.join(', ')})` : ''}`)
   }
 
-  const audience = r.stringOrList(o.audience, 'auth.jwt.audience')
-  const algorithms = r.stringOrList(o.algorithms, 'auth.jwt.algorithms')
+  const audience = readKey(r, JWT, o, 'audience', path) as string[]
+  const algorithms = readKey(r, JWT, o, 'algorithms', path) as string[]
   // Chosen by which key source is configured, even when its value failed to read.
   const allowed = o.secret !== undefined && o.secret !== null ? HMAC_ALGORITHMS : ASYMMETRIC_ALGORITHMS
   algorithms.forEach((alg, i) => {
-    if (!allowed.includes(alg)) r.note(join('auth.jwt.algorithms', i), `must be one of ${allowed.join(', ')} for this key source`)
+    if (!allowed.includes(alg)) r.note(join(at('algorithms'), i), `must be one of ${allowed.join(', ')} for this key source`)
   })
   if (sources.length === 1 && sources[0] !== 'secret' && algorithms.length === 0) {
     // The alg header is attacker-controlled: with asymmetric keys the operator names the algorithms.
-    r.note('auth.jwt.algorithms', 'is required with jwks_url, jwks_file or public_key_file')
+    r.note(at('algorithms'), 'is required with jwks_url, jwks_file or public_key_file')
   }
 
   return {
@@ -78,32 +68,31 @@ function readJwt(r: Reader, value: unknown, resolvePath: (p: string) => string):
     jwksUrl,
     jwksFile: jwksFile === null ? null : resolvePath(jwksFile),
     publicKeyFile: publicKeyFile === null ? null : resolvePath(publicKeyFile),
-    issuer: r.optionalString(o.issuer, 'auth.jwt.issuer'),
+    issuer: text('issuer'),
     audience,
     algorithms: algorithms.length > 0 ? algorithms : secret !== null ? ['HS256'] : [],
-    identityClaim: r.string(o.identity_claim, 'auth.jwt.identity_claim', 'sub', { nonEmpty: true }),
-    tenantClaim: r.string(o.tenant_claim, 'auth.jwt.tenant_claim', 'tenant', { nonEmpty: true }),
-    requireTenant: r.bool(o.require_tenant, 'auth.jwt.require_tenant', false),
-    clockToleranceSeconds: r.int(o.clock_tolerance_seconds, 'auth.jwt.clock_tolerance_seconds', 30, 0, 3600),
-    jwksTimeoutSeconds: r.number(o.jwks_timeout_seconds, 'auth.jwt.jwks_timeout_seconds', 5, 0, 60, true),
-    jwksCacheSeconds: r.int(o.jwks_cache_seconds, 'auth.jwt.jwks_cache_seconds', 600, 1, 86_400),
-    // A request may refetch the JWKS (an unknown kid, or no keys yet) only once the last attempt,
-    // successful or not, is this old: made-up kids cannot turn into a flood of requests to the
-    // identity provider, even while it fails (auth/keys.ts).
-    jwksCooldownSeconds: r.int(o.jwks_cooldown_seconds, 'auth.jwt.jwks_cooldown_seconds', 30, 0, 3600),
-    cacheEntries: r.int(o.cache_entries, 'auth.jwt.cache_entries', 10_000, 0, 1_000_000),
+    identityClaim: readKey(r, JWT, o, 'identity_claim', path),
+    tenantClaim: readKey(r, JWT, o, 'tenant_claim', path),
+    requireTenant: readKey(r, JWT, o, 'require_tenant', path),
+    clockToleranceSeconds: readKey(r, JWT, o, 'clock_tolerance_seconds', path),
+    jwksTimeoutSeconds: readKey(r, JWT, o, 'jwks_timeout_seconds', path),
+    jwksCacheSeconds: readKey(r, JWT, o, 'jwks_cache_seconds', path),
+    jwksCooldownSeconds: readKey(r, JWT, o, 'jwks_cooldown_seconds', path),
+    cacheEntries: readKey(r, JWT, o, 'cache_entries', path),
   }
 }
 
-function readResourceMetadata(r: Reader, value: unknown): ResourceMetadata | null {
+function readResourceMetadata(r: Reader, value: unknown, path: string): ResourceMetadata | null {
   if (value === undefined || value === null) return null
-  const o = r.object(value, 'auth.resource_metadata', ['resource', 'authorization_servers', 'scopes_supported'])
-  const resource = r.string(o.resource, 'auth.resource_metadata.resource', '', { nonEmpty: true })
-  if (o.resource === undefined || o.resource === null) r.note('auth.resource_metadata.resource', 'is required')
-  else if (resource !== '') checkUrl(r, resource, 'auth.resource_metadata.resource', ['http:', 'https:'])
-  const authorizationServers = r.stringOrList(o.authorization_servers, 'auth.resource_metadata.authorization_servers')
-  authorizationServers.forEach((url, i) => checkUrl(r, url, join('auth.resource_metadata.authorization_servers', i), ['http:', 'https:']))
-  const scopesSupported = r.stringOrList(o.scopes_supported, 'auth.resource_metadata.scopes_supported')
+  const node = AUTH.properties.resource_metadata
+  const o = readBlock(r, node, value, path)
+  const at = (key: string): string => join(path, key)
+  const resource = readKey(r, node, o, 'resource', path)
+  if (o.resource === undefined || o.resource === null) r.note(at('resource'), 'is required')
+  else if (resource !== '') checkUrl(r, resource, at('resource'), ['http:', 'https:'])
+  const authorizationServers = readKey(r, node, o, 'authorization_servers', path) as string[]
+  authorizationServers.forEach((url, i) => checkUrl(r, url, join(at('authorization_servers'), i), ['http:', 'https:']))
+  const scopesSupported = readKey(r, node, o, 'scopes_supported', path) as string[]
   return { resource, authorizationServers, scopesSupported }
 }
 

@@ -1,33 +1,35 @@
 import type { BucketLimit, BudgetConfig, RepeatLimit, ToolBudget } from './types'
+import type { TSchema } from '@sinclair/typebox'
 import type { Node, Reader } from './reader'
 import { join } from './reader'
+import { readBlock, readKey, readLeaf } from './read-node'
+import { BUDGET, entryOf, keyNode, keysOf } from './spec'
 
-const PAIR_KEYS = ['requests_per_window', 'window_seconds']
-const LIMIT_KEYS = [...PAIR_KEYS, 'limits']
+export { MAX_WINDOW_SECONDS } from './spec'
 
-/** 31 days: "1,000 a day" and "20,000 a month" are budgets operators ask for; longer is a quota, not a rate. */
-export const MAX_WINDOW_SECONDS = 31 * 86_400
+const TENANT = entryOf(BUDGET.properties.tenants)
+/** The keys that give a bucket its windows: the pair or `limits`. */
+const LIMIT_KEYS = keysOf(TENANT)
+const TOOL = entryOf(BUDGET.properties.tools)
+const WINDOW = (BUDGET.properties.limits as unknown as { items: TSchema }).items
 
 /** Windows per bucket: a minute, an hour, a day and a month fit with room to spare. */
 const MAX_WINDOWS = 8
 
 const DEFAULT_LIMIT: BucketLimit = { requestsPerWindow: 100, windowSeconds: 60 }
 
-export function readBudget(r: Reader, value: unknown): BudgetConfig {
-  const o = r.object(value, 'budget', [...LIMIT_KEYS, 'tenants', 'tools', 'repeat_limit', 'check_timeout_seconds', 'on_store_error'])
-  const top = readLimits(r, o, 'budget', [DEFAULT_LIMIT])
+/** The `budget:` block at `path`. */
+export function readBudget(r: Reader, value: unknown, path = 'budget'): BudgetConfig {
+  const o = readBlock(r, BUDGET, value, path)
+  const top = readLimits(r, o, BUDGET, path, [DEFAULT_LIMIT])
   return {
     configured: value !== undefined && value !== null,
     limits: top,
-    tenants: readTenants(r, o.tenants, top),
-    tools: readTools(r, o.tools, top),
-    repeatLimit: readRepeatLimit(r, o.repeat_limit),
-    // 5 s: long enough to ride out a pool wait under a burst, short enough that a hung database
-    // degrades to "fail open" before an MCP client's own request timeout fires.
-    checkTimeoutSeconds: r.number(o.check_timeout_seconds, 'budget.check_timeout_seconds', 5, 0, 60, true),
-    // open stays the default: with the memory store (one process) nothing can fail, and an operator who
-    // runs replicas on Postgres chooses between availability, enforcement and a local limit knowingly.
-    onStoreError: r.oneOf(o.on_store_error, 'budget.on_store_error', ['open', 'closed', 'local'] as const, 'open'),
+    tenants: readTenants(r, o.tenants, join(path, 'tenants'), top),
+    tools: readTools(r, o.tools, join(path, 'tools'), top),
+    repeatLimit: readRepeatLimit(r, o.repeat_limit, join(path, 'repeat_limit')),
+    checkTimeoutSeconds: readKey(r, BUDGET, o, 'check_timeout_seconds', path),
+    onStoreError: readKey(r, BUDGET, o, 'on_store_error', path),
   }
 }
 
@@ -36,7 +38,7 @@ export function readBudget(r: Reader, value: unknown): BudgetConfig {
  * `window_seconds` pair, never both. A key of the pair left out takes the inherited value, which must
  * then be a single window too.
  */
-function readLimits(r: Reader, o: Node, path: string, inherited: readonly BucketLimit[]): BucketLimit[] {
+function readLimits(r: Reader, o: Node, node: TSchema, path: string, inherited: readonly BucketLimit[]): BucketLimit[] {
   const hasPair = o.requests_per_window !== undefined || o.window_seconds !== undefined
   if (o.limits !== undefined) {
     if (hasPair) r.note(path, 'set either limits or requests_per_window / window_seconds, not both')
@@ -48,7 +50,7 @@ function readLimits(r: Reader, o: Node, path: string, inherited: readonly Bucket
     return [...inherited]
   }
   // inherited is empty only when the top-level limits failed to read (already noted): do not crash on it.
-  return [readPair(r, o, path, inherited[0] ?? DEFAULT_LIMIT)]
+  return [readPair(r, o, node, path, inherited[0] ?? DEFAULT_LIMIT)]
 }
 
 function readList(r: Reader, value: unknown, path: string): BucketLimit[] {
@@ -60,12 +62,12 @@ function readList(r: Reader, value: unknown, path: string): BucketLimit[] {
   const lengths = new Set<number>()
   items.forEach((item, i) => {
     const itemPath = join(path, i)
-    const o = r.object(item, itemPath, PAIR_KEYS)
+    const o = readBlock(r, WINDOW, item, itemPath)
     if ([o.requests_per_window, o.window_seconds].some((v) => v === undefined || v === null)) {
       r.note(itemPath, 'must set requests_per_window and window_seconds')
       return
     }
-    const limit = readPair(r, o, itemPath, DEFAULT_LIMIT)
+    const limit = readPair(r, o, WINDOW, itemPath, DEFAULT_LIMIT)
     // Each window is a bucket keyed by its length (budget/keys.ts): two of one length would be one bucket.
     if (lengths.has(limit.windowSeconds)) r.note(join(itemPath, 'window_seconds'), `${limit.windowSeconds} is listed twice`)
     lengths.add(limit.windowSeconds)
@@ -74,49 +76,51 @@ function readList(r: Reader, value: unknown, path: string): BucketLimit[] {
   return out
 }
 
-function readPair(r: Reader, o: Node, path: string, fallback: BucketLimit): BucketLimit {
+/** The pair of `node` (a bucket or a window of a list); a key left out takes `fallback` (the inherited window). */
+function readPair(r: Reader, o: Node, node: TSchema, path: string, fallback: BucketLimit): BucketLimit {
+  const key = (name: string, value: number): number => readLeaf(r, keyNode(node, name), o[name], join(path, name), value as never) as number
   return {
-    requestsPerWindow: r.int(o.requests_per_window, join(path, 'requests_per_window'), fallback.requestsPerWindow, 1, 1_000_000_000),
+    requestsPerWindow: key('requests_per_window', fallback.requestsPerWindow),
     // Fractions are allowed so tests and demos can use sub-second windows.
-    windowSeconds: r.number(o.window_seconds, join(path, 'window_seconds'), fallback.windowSeconds, 0, MAX_WINDOW_SECONDS, true),
+    windowSeconds: key('window_seconds', fallback.windowSeconds),
   }
 }
 
-function readTenants(r: Reader, value: unknown, top: readonly BucketLimit[]): Record<string, readonly BucketLimit[]> {
+function readTenants(r: Reader, value: unknown, at: string, top: readonly BucketLimit[]): Record<string, readonly BucketLimit[]> {
   const out = Object.create(null) as Record<string, readonly BucketLimit[]>
-  for (const [name, child, path] of entries(r, value, 'budget.tenants')) {
+  for (const [name, child, path] of entries(r, value, at)) {
     // One level only: an override holds limits, never further overrides.
-    const o = r.object(child, path, LIMIT_KEYS)
+    const o = readBlock(r, TENANT, child, path)
     if (child === null || child === undefined) r.note(path, 'must set requests_per_window and window_seconds, or limits')
-    out[name] = readLimits(r, o, path, top)
+    out[name] = readLimits(r, o, TENANT, path, top)
   }
   return out
 }
 
 /** A tool entry has a bucket of its own unless it sets only `cost`. */
-function readTools(r: Reader, value: unknown, top: readonly BucketLimit[]): Record<string, ToolBudget> {
+function readTools(r: Reader, value: unknown, at: string, top: readonly BucketLimit[]): Record<string, ToolBudget> {
   const out = Object.create(null) as Record<string, ToolBudget>
-  for (const [name, child, path] of entries(r, value, 'budget.tools')) {
-    const o = r.object(child, path, [...LIMIT_KEYS, 'cost'])
+  for (const [name, child, path] of entries(r, value, at)) {
+    const o = readBlock(r, TOOL, child, path)
     if (child === null || child === undefined) r.note(path, 'must set requests_per_window and window_seconds, limits, or cost')
     const costOnly = o.cost !== undefined && LIMIT_KEYS.every((k) => o[k] === undefined)
     out[name] = {
-      limits: costOnly ? [] : readLimits(r, o, path, top),
-      cost: r.int(o.cost, join(path, 'cost'), 1, 1, 1_000_000),
+      limits: costOnly ? [] : readLimits(r, o, TOOL, path, top),
+      cost: readLeaf(r, keyNode(TOOL, 'cost'), o.cost, join(path, 'cost')) as number,
     }
   }
   return out
 }
 
-function readRepeatLimit(r: Reader, value: unknown): RepeatLimit | null {
+function readRepeatLimit(r: Reader, value: unknown, path: string): RepeatLimit | null {
   if (value === undefined || value === null) return null
-  const path = 'budget.repeat_limit'
-  const o = r.object(value, path, ['calls', 'window_seconds'])
+  const node = BUDGET.properties.repeat_limit
+  const o = readBlock(r, node, value, path)
   // A blank value (`calls:`) is as missing as an absent key: it must not read as a default limit.
   if ([o.calls, o.window_seconds].some((v) => v === undefined || v === null)) r.note(path, 'must set calls and window_seconds')
   return {
-    calls: r.int(o.calls, join(path, 'calls'), 1, 1, 1_000_000),
-    windowSeconds: r.number(o.window_seconds, join(path, 'window_seconds'), 60, 0, MAX_WINDOW_SECONDS, true),
+    calls: readKey(r, node, o, 'calls', path, 1),
+    windowSeconds: readKey(r, node, o, 'window_seconds', path, 60),
   }
 }
 

@@ -1,4 +1,5 @@
 import { isIP } from 'node:net'
+import type { TSchema } from '@sinclair/typebox'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { ConfigError } from '../errors'
 import { readAdmin } from './admin'
@@ -11,54 +12,10 @@ import { readHealthCheck } from './health-check'
 import { readPolicy } from './policy'
 import { isUnterminated, setConfigOrigin } from './origin'
 import { readPostgres } from './postgres'
+import { readBlock, readKey, readLeaf } from './read-node'
+import { AUDIT, CONFIG_SPEC, FEATURES, TLS, keyNode } from './spec'
 import { Reader, deepFreeze, parseYaml, readText } from './reader'
-import type {
-  AdminConfig,
-  AuditConfig,
-  AuthConfig,
-  Config,
-  Features,
-  HttpConfig,
-  LogFormat,
-  LogLevel,
-  PostgresConfig,
-  ToolRefusals,
-} from './types'
-
-const TOP_LEVEL_KEYS = [
-  'listen',
-  'upstream',
-  'upstream_timeout_seconds',
-  'upstream_connections',
-  'upstream_health_check',
-  'max_body_bytes',
-  'request_timeout_seconds',
-  'max_json_depth',
-  'max_batch_messages',
-  'max_concurrent_per_identity',
-  'session_idle_seconds',
-  'max_sessions',
-  'max_sessions_per_identity',
-  'allowed_origins',
-  'allowed_hosts',
-  'trusted_proxies',
-  'shutdown_grace_seconds',
-  'shutdown_delay_seconds',
-  'log_level',
-  'log_format',
-  'features',
-  'audit',
-  'auth',
-  'budget',
-  'policy',
-  'policy_file',
-  'postgres',
-  'tool_refusals',
-  'admin',
-  'tls',
-  'metrics',
-]
-const FEATURE_FLAGS = ['budget_enforcement', 'postgres_storage']
+import type { AdminConfig, AuditConfig, AuthConfig, Config, Features, HttpConfig, LogFormat, PostgresConfig } from './types'
 
 export interface LoadOptions {
   readonly env?: NodeJS.ProcessEnv
@@ -135,20 +92,20 @@ export function loadConfigBlocks<K extends keyof ConfigBlocks>(
 }
 
 function readLogFormat(r: Reader, value: unknown): LogFormat {
-  return r.oneOf<LogFormat>(value, 'log_format', ['auto', 'json', 'text'], 'auto')
+  return readKey(r, CONFIG_SPEC, { log_format: value }, 'log_format', '')
 }
 
-/** The whole file's reading; also run by config/schema.ts, which records each Reader call into the JSON Schema. */
+/** The whole file's reading: each block by its node in the declarative schema (spec.ts), then the cross-field rules. */
 export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   if (typeof tree !== 'object' || tree === null || Array.isArray(tree)) {
     r.note('', 'the configuration must be a mapping of keys')
     tree = {}
   }
-  const o = r.object(tree, '', TOP_LEVEL_KEYS)
+  const o = readBlock(r, CONFIG_SPEC, tree, '')
   const resolvePath = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p))
 
-  const listen = readListen(r, o.listen)
-  const upstreamUrl = r.string(o.upstream, 'upstream', '', { nonEmpty: true })
+  const listen = readListen(r, o.listen, 'listen')
+  const upstreamUrl = readKey(r, CONFIG_SPEC, o, 'upstream', '')
   if (o.upstream === undefined || o.upstream === null) r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001)')
   else if (upstreamUrl) {
     checkUrl(r, upstreamUrl, 'upstream', ['http:', 'https:'])
@@ -168,33 +125,33 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     listen,
     upstream: {
       url,
-      timeoutSeconds: r.number(o.upstream_timeout_seconds, 'upstream_timeout_seconds', 30, 0, 3600, true),
-      connections: r.int(o.upstream_connections, 'upstream_connections', 128, 1, 10_000),
+      timeoutSeconds: readKey(r, CONFIG_SPEC, o, 'upstream_timeout_seconds', ''),
+      connections: readKey(r, CONFIG_SPEC, o, 'upstream_connections', ''),
       healthCheck: readHealthCheck(r, o.upstream_health_check, 'upstream_health_check'),
     },
     limits: {
       // 4 MiB, as the official SDK servers accept: a tool call that works direct must work through the gateway.
-      maxBodyBytes: r.int(o.max_body_bytes, 'max_body_bytes', 4 * 1024 * 1024, 1, 1024 * 1024 * 1024),
+      maxBodyBytes: readKey(r, CONFIG_SPEC, o, 'max_body_bytes', ''),
       // A tools/call inside a batch has its arguments at depth 4; 64 leaves room for any real argument
       // tree while bounding what a decoder downstream may be asked to recurse through.
-      maxJsonDepth: r.int(o.max_json_depth, 'max_json_depth', 64, 4, 1000),
+      maxJsonDepth: readKey(r, CONFIG_SPEC, o, 'max_json_depth', ''),
       // 100, as the official SDK servers: a batch is judged, charged and audited element by element.
-      maxBatchMessages: r.int(o.max_batch_messages, 'max_batch_messages', 100, 1, 10_000),
-      maxConcurrentPerIdentity: r.int(o.max_concurrent_per_identity, 'max_concurrent_per_identity', 64, 1, 100_000),
+      maxBatchMessages: readKey(r, CONFIG_SPEC, o, 'max_batch_messages', ''),
+      maxConcurrentPerIdentity: readKey(r, CONFIG_SPEC, o, 'max_concurrent_per_identity', ''),
       // Receiving the request only (headers and body): a streamed response is never cut by it.
-      requestTimeoutSeconds: r.number(o.request_timeout_seconds, 'request_timeout_seconds', 300, 0, 3600, true),
+      requestTimeoutSeconds: readKey(r, CONFIG_SPEC, o, 'request_timeout_seconds', ''),
       // A day: an expired binding only stops protecting its session (the id then passes unchecked, as
       // one created before a restart), so this trades memory for protection, never availability.
-      sessionIdleSeconds: r.number(o.session_idle_seconds, 'session_idle_seconds', 86_400, 60, 31 * 86_400),
+      sessionIdleSeconds: readKey(r, CONFIG_SPEC, o, 'session_idle_seconds', ''),
       // ~300 bytes a binding (measured, id and owner strings included): 100 000 is ~30 MB at most.
-      maxSessions: r.int(o.max_sessions, 'max_sessions', 100_000, 1, 10_000_000),
-      maxSessionsPerIdentity: r.int(o.max_sessions_per_identity, 'max_sessions_per_identity', 1000, 1, 10_000_000),
+      maxSessions: readKey(r, CONFIG_SPEC, o, 'max_sessions', ''),
+      maxSessionsPerIdentity: readKey(r, CONFIG_SPEC, o, 'max_sessions_per_identity', ''),
     },
     http: readHttp(r, o, listen),
-    shutdownGraceSeconds: r.number(o.shutdown_grace_seconds, 'shutdown_grace_seconds', 10, 0, 3600),
+    shutdownGraceSeconds: readKey(r, CONFIG_SPEC, o, 'shutdown_grace_seconds', ''),
     // 0 by default: a plain process stops at once; behind a load balancer set it above the probe interval.
-    shutdownDelaySeconds: r.number(o.shutdown_delay_seconds, 'shutdown_delay_seconds', 0, 0, 600),
-    logLevel: r.oneOf<LogLevel>(o.log_level, 'log_level', ['error', 'warn', 'info', 'debug'], 'info'),
+    shutdownDelaySeconds: readKey(r, CONFIG_SPEC, o, 'shutdown_delay_seconds', ''),
+    logLevel: readKey(r, CONFIG_SPEC, o, 'log_level', ''),
     logFormat: readLogFormat(r, o.log_format),
     features,
     audit,
@@ -203,9 +160,9 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     policy: readPolicy(r, o.policy, o.policy_file, resolvePath),
     postgres,
     // `http` by default: what clients got before the key existed, and what budget.md documents.
-    toolRefusals: r.oneOf<ToolRefusals>(o.tool_refusals, 'tool_refusals', ['http', 'result'], 'http'),
+    toolRefusals: readKey(r, CONFIG_SPEC, o, 'tool_refusals', ''),
     admin,
-    tls: readTls(r, o.tls, 'tls', resolvePath, { clientCertificates: true }),
+    tls: readTls(r, o.tls, 'tls', resolvePath, TLS),
     metrics: readMetrics(r, o.metrics, listen, admin),
   }
 
@@ -224,23 +181,24 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   return config
 }
 
-function readListen(r: Reader, value: unknown): Config['listen'] {
-  const text = r.string(value, 'listen', '127.0.0.1:8080', { nonEmpty: true })
+function readListen(r: Reader, value: unknown, path: string): Config['listen'] {
+  const text = readLeaf(r, keyNode(CONFIG_SPEC, 'listen'), value, path) as string
   const match = /^(\[[^\]]+\]|[^:\s]+):(\d{1,5})$/.exec(text)
   if (!match) {
-    r.note('listen', 'must be host:port (e.g. 0.0.0.0:8080)')
+    r.note(path, 'must be host:port (e.g. 0.0.0.0:8080)')
     return { host: '127.0.0.1', port: 8080 }
   }
   const port = Number(match[2])
-  if (port > 65535) r.note('listen', 'port must be between 0 and 65535')
+  if (port > 65535) r.note(path, 'port must be between 0 and 65535')
   return { host: match[1].replace(/^\[|\]$/g, ''), port }
 }
 
 function readHttp(r: Reader, o: Record<string, unknown>, listen: Config['listen']): HttpConfig {
-  const strings = (key: string, check: (value: string) => string | null): string[] => {
+  const strings = (key: 'allowed_origins' | 'allowed_hosts' | 'trusted_proxies', check: (value: string) => string | null): string[] => {
     const out: string[] = []
-    r.list(o[key], key).forEach((item, i) => {
-      const value = r.string(item, `${key}[${i}]`, '', { nonEmpty: true })
+    const item = (keyNode(CONFIG_SPEC, key) as unknown as { items: TSchema }).items
+    r.list(o[key], key).forEach((node, i) => {
+      const value = readLeaf(r, item, node, `${key}[${i}]`, '') as string
       if (value === '') return
       const problem = check(value)
       if (problem !== null) r.note(`${key}[${i}]`, problem)
@@ -296,24 +254,23 @@ function checkProxy(value: string): string | null {
   return null
 }
 
-function readFeatures(r: Reader, value: unknown): Features {
-  const o = r.object(value, 'features', FEATURE_FLAGS)
+function readFeatures(r: Reader, value: unknown, path = 'features'): Features {
+  const o = readBlock(r, FEATURES, value, path)
   return {
-    budgetEnforcement: r.bool(o.budget_enforcement, 'features.budget_enforcement', false),
-    postgresStorage: r.bool(o.postgres_storage, 'features.postgres_storage', false),
+    budgetEnforcement: readKey(r, FEATURES, o, 'budget_enforcement', path),
+    postgresStorage: readKey(r, FEATURES, o, 'postgres_storage', path),
   }
 }
 
-function readAudit(r: Reader, value: unknown, resolvePath: (p: string) => string): AuditConfig {
-  const o = r.object(value, 'audit', ['output', 'spill_file', 'max_queue_entries', 'retention_days'])
+function readAudit(r: Reader, value: unknown, resolvePath: (p: string) => string, path = 'audit'): AuditConfig {
+  const o = readBlock(r, AUDIT, value, path)
   const hasOutput = value === undefined || value === null || !('output' in o) || o.output !== null
-  const output = hasOutput ? r.string(o.output, 'audit.output', 'stdout', { nonEmpty: true }) : null
+  const output = hasOutput ? readKey(r, AUDIT, o, 'output', path) : null
   return {
     output: output === null || output === 'stdout' ? output : resolvePath(output),
-    spillFile: resolvePath(r.string(o.spill_file, 'audit.spill_file', '.wardline/audit-spill.jsonl', { nonEmpty: true })),
-    maxQueueEntries: r.int(o.max_queue_entries, 'audit.max_queue_entries', 100_000, 100, 10_000_000),
+    spillFile: resolvePath(readKey(r, AUDIT, o, 'spill_file', path)),
+    maxQueueEntries: readKey(r, AUDIT, o, 'max_queue_entries', path),
     // Absent or null: keep every row (deleting audit data is the operator's decision, never a default).
-    retentionDays:
-      o.retention_days === undefined || o.retention_days === null ? null : r.int(o.retention_days, 'audit.retention_days', 1, 1, 36_500),
+    retentionDays: o.retention_days === undefined || o.retention_days === null ? null : readKey(r, AUDIT, o, 'retention_days', path),
   }
 }

@@ -1,5 +1,7 @@
 import { readListenAddress, sharesListener } from './listen-address'
-import type { Reader } from './reader'
+import { type Reader, join } from './reader'
+import { readBlock } from './read-node'
+import { METRICS } from './spec'
 import type { Config, MetricsConfig } from './types'
 
 /**
@@ -7,16 +9,23 @@ import type { Config, MetricsConfig } from './types'
  * own (plain HTTP, no token: keep it on loopback or a private network). Absent: /metrics stays on
  * `listen`, as before the key existed.
  */
-export function readMetrics(r: Reader, value: unknown, listen: Config['listen'], admin: Config['admin']): MetricsConfig | null {
+export function readMetrics(
+  r: Reader,
+  value: unknown,
+  listen: Config['listen'],
+  admin: Config['admin'],
+  path = 'metrics',
+): MetricsConfig | null {
   if (value === undefined || value === null) return null
-  const o = r.object(value, 'metrics', ['listen'])
+  const o = readBlock(r, METRICS, value, path)
   if (o.listen === undefined || o.listen === null) return null
-  const address = readListenAddress(r, o.listen, 'metrics.listen', '127.0.0.1:9464')
+  const at = join(path, 'listen')
+  const address = readListenAddress(r, o.listen, at, '127.0.0.1:9464')
   if (address === null) return null
   if (sharesListener(address, listen)) {
-    r.note('metrics.listen', `must differ from listen (${listen.host}:${listen.port}): it is a listener of its own`)
+    r.note(at, `must differ from listen (${listen.host}:${listen.port}): it is a listener of its own`)
   } else if (admin !== null && sharesListener(address, admin.listen)) {
-    r.note('metrics.listen', `must differ from admin.listen (${admin.listen.host}:${admin.listen.port})`)
+    r.note(at, `must differ from admin.listen (${admin.listen.host}:${admin.listen.port})`)
   }
   return { listen: address }
 }

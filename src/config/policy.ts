@@ -1,11 +1,12 @@
 import { GATED_METHODS } from '../mcp/methods'
-import type { Effect, PolicyConfig, PolicyRule } from './types'
+import type { TSchema } from '@sinclair/typebox'
+import type { PolicyConfig, PolicyRule } from './types'
 import { isUnterminated } from './origin'
 import { Reader, join, parseYaml, readText } from './reader'
+import { readBlock, readKey, readLeaf } from './read-node'
+import { POLICY, keyNode } from './spec'
 
-const POLICY_KEYS = ['default', 'rules', 'filter_lists']
-const RULE_KEYS = ['identity', 'tenant', 'method', 'tool', 'effect']
-const EFFECTS: readonly Effect[] = ['allow', 'deny']
+const RULE = (POLICY.properties.rules as unknown as { items: TSchema }).items
 
 /**
  * A rule names a gated method exactly (GATED_METHODS) or a family. A name outside the list is far more
@@ -14,36 +15,42 @@ const EFFECTS: readonly Effect[] = ['allow', 'deny']
  */
 /** Method patterns a rule may use besides the exact names: every gated method, or one family. */
 export const METHOD_FAMILIES: readonly string[] = ['*', 'resources/*', 'prompts/*']
-/** An omitted method means tools/call: most policies are about tools. */
-export const DEFAULT_METHOD = 'tools/call'
+/** An omitted method means tools/call: most policies are about tools (the rule's `method` default in spec.ts). */
+export const DEFAULT_METHOD = (keyNode(RULE, 'method') as unknown as { default: string }).default
 
 /**
  * Reads the policy from the inline `policy:` block or from `policy_file` (one of the two). Neither
  * means no policy: every call is allowed and compose says so at startup. Problems in a policy file
  * are prefixed with the file's path, inline ones with `policy.`, each with its rule index.
  */
-export function readPolicy(r: Reader, inline: unknown, file: unknown, resolvePath: (p: string) => string): PolicyConfig | null {
+export function readPolicy(
+  r: Reader,
+  inline: unknown,
+  file: unknown,
+  resolvePath: (p: string) => string,
+  at: { readonly inline: string; readonly file: string } = { inline: 'policy', file: 'policy_file' },
+): PolicyConfig | null {
   if (inline !== undefined && file !== undefined) {
-    r.note('policy_file', 'cannot be used together with an inline policy: keep one of the two')
+    r.note(at.file, 'cannot be used together with an inline policy: keep one of the two')
     return null
   }
   if (inline !== undefined) {
     if (inline === null || typeof inline !== 'object' || Array.isArray(inline)) {
-      r.note('policy', 'must be a mapping with default and rules')
+      r.note(at.inline, 'must be a mapping with default and rules')
       return null
     }
-    return readPolicyTree(r, inline, 'policy', 'inline')
+    return readPolicyTree(r, inline, at.inline, 'inline')
   }
   if (file === undefined) return null
   // `policy_file:` with nothing after it is a mistake, not a wish to run without a policy (which is
   // what removing the key says): failing open on a blank line would allow every call.
   if (file === null) {
-    r.note('policy_file', 'is empty: give the path of a policy file, or remove the key to run without a policy')
+    r.note(at.file, 'is empty: give the path of a policy file, or remove the key to run without a policy')
     return null
   }
-  const name = r.string(file, 'policy_file', '', { nonEmpty: true })
+  const name = r.string(file, at.file, '', { nonEmpty: true })
   if (name === '') return null
-  return readPolicyFile(r, resolvePath(name))
+  return readPolicyFile(r, resolvePath(name), at.file)
 }
 
 /**
@@ -65,10 +72,10 @@ export function policyText(policy: PolicyConfig): PolicyText | null {
 }
 
 /** A policy file holds the same mapping as the inline block. Taken literally: no ${VAR} expansion. */
-export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
+export function readPolicyFile(r: Reader, path: string, key = 'policy_file'): PolicyConfig | null {
   const file = readText(path)
   if ('problem' in file) {
-    r.note('policy_file', `${path} ${file.problem}`)
+    r.note(key, `${path} ${file.problem}`)
     return null
   }
   const parsed = parseYaml(file.text)
@@ -92,14 +99,14 @@ export function readPolicyFile(r: Reader, path: string): PolicyConfig | null {
 }
 
 function readPolicyTree(r: Reader, tree: object, base: string, source: string): PolicyConfig {
-  const o = r.object(tree, base, POLICY_KEYS)
+  const o = readBlock(r, POLICY, tree, base)
   const defaultPath = join(base, 'default')
   if (o.default === undefined || o.default === null) r.note(defaultPath, 'is required (allow or deny)')
-  const defaultEffect = r.oneOf(o.default, defaultPath, EFFECTS, 'deny')
+  const defaultEffect = readKey(r, POLICY, o, 'default', base, 'deny')
   const rulesPath = join(base, 'rules')
   const rules = r.list(o.rules, rulesPath).map((node, i) => readRule(r, node, join(rulesPath, i)))
   // Lists show a caller only what it may use unless the operator turns it off (docs/policy.md).
-  const filterLists = r.bool(o.filter_lists, join(base, 'filter_lists'), true)
+  const filterLists = readKey(r, POLICY, o, 'filter_lists', base)
   const policy = { default: defaultEffect, rules, source, filterLists }
   POLICY_TEXT.set(policy, { rulesWritten: o.rules !== undefined && o.rules !== null, unterminated: false })
   return policy
@@ -110,7 +117,7 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
     r.note(path, 'must be a mapping with identity, tool and effect')
     return { identity: '', tenant: null, method: DEFAULT_METHOD, target: '', effect: 'deny' }
   }
-  const o = r.object(node, path, RULE_KEYS)
+  const o = readBlock(r, RULE, node, path)
   const required = (key: string): void => {
     if (o[key] === undefined || o[key] === null) r.note(join(path, key), 'is required')
   }
@@ -118,15 +125,15 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
   required('tool')
   required('effect')
   const methodPath = join(path, 'method')
-  const method = r.string(o.method, methodPath, DEFAULT_METHOD, { nonEmpty: true })
+  const method = readLeaf(r, keyNode(RULE, 'method'), o.method, methodPath) as string
   if (!GATED_METHODS.includes(method) && !METHOD_FAMILIES.includes(method)) {
     r.note(methodPath, `must be one of ${[...GATED_METHODS, ...METHOD_FAMILIES].join(', ')}`)
   }
   return {
-    identity: r.string(o.identity, join(path, 'identity'), '', { nonEmpty: true }),
-    tenant: r.optionalString(o.tenant, join(path, 'tenant')),
+    identity: readLeaf(r, keyNode(RULE, 'identity'), o.identity, join(path, 'identity')) as string,
+    tenant: readLeaf(r, keyNode(RULE, 'tenant'), o.tenant, join(path, 'tenant')) as string | null,
     method,
-    target: r.string(o.tool, join(path, 'tool'), '', { nonEmpty: true }),
-    effect: r.oneOf(o.effect, join(path, 'effect'), EFFECTS, 'deny'),
+    target: readLeaf(r, keyNode(RULE, 'tool'), o.tool, join(path, 'tool')) as string,
+    effect: readLeaf(r, keyNode(RULE, 'effect'), o.effect, join(path, 'effect'), 'deny') as PolicyRule['effect'],
   }
 }

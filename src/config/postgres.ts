@@ -1,12 +1,15 @@
 import type { PostgresConfig } from './types'
-import type { Reader } from './reader'
+import { type Reader, join } from './reader'
+import { readBlock, readKey } from './read-node'
+import { POSTGRES } from './spec'
 
-export function readPostgres(r: Reader, value: unknown): PostgresConfig | null {
+/** The `postgres:` block at `path`; null when it is absent. */
+export function readPostgres(r: Reader, value: unknown, path = 'postgres'): PostgresConfig | null {
   if (value === undefined || value === null) return null
-  const o = r.object(value, 'postgres', ['dsn', 'max_connections'])
-  const dsn = r.string(o.dsn, 'postgres.dsn', '', { nonEmpty: true })
-  if (o.dsn === undefined || o.dsn === null) r.note('postgres.dsn', 'is required')
+  const o = readBlock(r, POSTGRES, value, path)
+  const dsn = readKey(r, POSTGRES, o, 'dsn', path)
+  if (o.dsn === undefined || o.dsn === null) r.note(join(path, 'dsn'), 'is required')
   else if (dsn && !/^postgres(ql)?:\/\//.test(dsn))
-    r.note('postgres.dsn', 'must be a postgres:// or postgresql:// URL (its value is not shown)')
-  return { dsn, maxConnections: r.int(o.max_connections, 'postgres.max_connections', 10, 1, 1000) }
+    r.note(join(path, 'dsn'), 'must be a postgres:// or postgresql:// URL (its value is not shown)')
+  return { dsn, maxConnections: readKey(r, POSTGRES, o, 'max_connections', path) }
 }

@@ -1,3 +1,10 @@
+import type { Static } from '@sinclair/typebox'
+import type { AUTH, BUDGET, EFFECTS, HEALTH_CHECK, LOG_FORMAT, LOG_LEVEL, TOOL_REFUSALS } from './spec'
+
+// The Config below is camelCase and shaped for the stages (an upstream block where the file has flat
+// upstream_* keys, windows as lists); the words a choice key allows are taken from the declarative
+// schema (spec.ts), so a new choice is added in one place.
+
 /**
  * The validated, deep-frozen configuration. camelCase here; the YAML keys (snake_case) are known only
  * to the readers in this folder.
@@ -73,7 +80,7 @@ export interface AdminConfig {
  * JSON-RPC error body. `result`: HTTP 200 with a tool result marked isError that a model can read
  * (jsonrpc/refusal-result.ts); every other refusal keeps the HTTP form.
  */
-export type ToolRefusals = 'http' | 'result'
+export type ToolRefusals = Static<typeof TOOL_REFUSALS>
 
 /** Who may address the gateway: Host and Origin checks, and whose X-Forwarded-* chain is kept. */
 export interface HttpConfig {
@@ -93,10 +100,10 @@ export interface HttpConfig {
   readonly trustedProxies: readonly string[]
 }
 
-export type LogLevel = 'error' | 'warn' | 'info' | 'debug'
+export type LogLevel = Static<typeof LOG_LEVEL>
 
 /** `auto`: a human line per event when stderr is a terminal, else one JSON object per line. */
-export type LogFormat = 'auto' | 'json' | 'text'
+export type LogFormat = Static<typeof LOG_FORMAT>
 
 export interface UpstreamConfig {
   /** Absolute http(s) URL without a trailing slash; request path and query are appended. */
@@ -109,7 +116,7 @@ export interface UpstreamConfig {
 }
 
 /** Methods a health probe may send: safe ones only (RFC 9110 §9.2.1), so a probe never changes the upstream. */
-export type HealthCheckMethod = 'GET' | 'HEAD' | 'OPTIONS'
+export type HealthCheckMethod = Static<(typeof HEALTH_CHECK)['properties']['method']>
 
 /** How one upstream is probed (upstream/probe.ts). */
 export interface HealthCheckConfig {
@@ -156,11 +163,11 @@ export interface ResourceMetadata {
 }
 
 export interface HeaderAuthConfig extends AuthCommon {
-  readonly mode: 'header'
+  readonly mode: Extract<Static<(typeof AUTH)['properties']['mode']>, 'header'>
 }
 
 export interface JwtAuthConfig extends AuthCommon {
-  readonly mode: 'jwt'
+  readonly mode: Extract<Static<(typeof AUTH)['properties']['mode']>, 'jwt'>
   readonly jwt: JwtConfig
 }
 
@@ -220,10 +227,10 @@ export interface BudgetConfig {
    * What a failed or late store check does: admit (`open`), answer 503 (`closed`), or judge the call on
    * this replica at limit ÷ live replicas (`local`, budget/local-limiter.ts).
    */
-  readonly onStoreError: 'open' | 'closed' | 'local'
+  readonly onStoreError: Static<(typeof BUDGET)['properties']['on_store_error']>
 }
 
-export type Effect = 'allow' | 'deny'
+export type Effect = (typeof EFFECTS)[number]
 
 export interface PolicyRule {
   readonly identity: string
