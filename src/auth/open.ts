@@ -21,7 +21,12 @@ export interface AuthFeature extends Contribution {
 }
 
 /** The authenticator auth.mode names, and the revocation list (shared through Postgres when it is on). */
-export async function openAuth(config: Config, postgres: PostgresFeature | null, metrics: RevocationMetrics, log: Logger): Promise<AuthFeature> {
+export async function openAuth(
+  config: Config,
+  postgres: PostgresFeature | null,
+  metrics: RevocationMetrics,
+  log: Logger,
+): Promise<AuthFeature> {
   const authenticator = await openAuthenticator(config, log)
   const closers: Closer[] = [() => authenticator.close?.()]
   const revocations = openRevocations(postgres, metrics, log, closers)

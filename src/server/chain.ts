@@ -77,7 +77,11 @@ export function sharedStages(
     // One limiter for the process, so the counts of requests in flight survive a reload
     // (max_concurrent_per_identity itself is a restart key). What a legacy POST owes its stream is
     // bounded by the upstream's timeout: the one upstream's, while there is one route.
-    concurrency: concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics.concurrency, config.upstream.timeoutSeconds),
+    concurrency: concurrencyStages(
+      new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity),
+      metrics.concurrency,
+      config.upstream.timeoutSeconds,
+    ),
     path: pathStage(),
     jsonrpc: jsonRpcStage(config.limits),
     mcpHeaders: mcpHeadersStage(),

@@ -19,7 +19,12 @@ export interface UpstreamFeature extends Contribution {
  * chain is extended rather than replaced on the way there. The probe's first run starts now, while the
  * rest is wired; awaiting `firstProbe` before listening makes the first /readyz already know.
  */
-export function openUpstream(config: UpstreamConfig, trustedProxies: readonly string[], metrics: UpstreamMetrics, log: Logger): UpstreamFeature {
+export function openUpstream(
+  config: UpstreamConfig,
+  trustedProxies: readonly string[],
+  metrics: UpstreamMetrics,
+  log: Logger,
+): UpstreamFeature {
   const upstream = new Upstream(
     config,
     trustedProxies,
