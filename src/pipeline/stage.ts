@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { WardlineError } from '../errors'
 import type { Decision, Exchange, JsonRpcId } from './exchange'
+import type { ReasonCode } from './reason'
 
 export const CONTINUE = Symbol('continue')
 
@@ -15,6 +16,8 @@ export interface Refusal {
   readonly decision: Decision
   /** For operators, in the audit entry; never sent to the caller. */
   readonly reason: string
+  /** The audit entry's `reason_code` (pipeline/reason.ts): what code may branch on, where `reason` is only read. */
+  readonly code: ReasonCode
   /** JSON-RPC error code when it is not the status (-32700, -32600 for bodies that are not JSON-RPC). */
   readonly rpcCode?: number
   /** Short, generic, safe to show the caller. */

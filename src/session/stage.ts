@@ -99,6 +99,7 @@ function unpin(bindings: SessionBindings, pinned: WeakMap<Exchange, string>, ex:
 const NOT_YOURS: Refusal = {
   status: 404,
   decision: 'deny',
+  code: 'session.not_owner',
   reason: 'session created by another principal (Mcp-Session-Id or sessionId of a session this caller did not initialize)',
   message: 'Session not found',
 }

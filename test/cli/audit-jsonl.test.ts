@@ -197,8 +197,8 @@ describe('formats', () => {
     )
     const r = runCli(['audit', '--file', odd, '--format', 'csv'])
     expect(r.stdout).toBe(
-      'timestamp,request_id,identity,tenant,method,tool,decision,status,latency_ms,reason,session_id\r\n' +
-        `${ago(1)},c1,"'=HYPERLINK(""http://x"")",acme,tools/call,"a,b",allow,200,1.5,"say ""hi""\nbye",\r\n`,
+      'timestamp,request_id,identity,tenant,method,tool,decision,status,latency_ms,reason,session_id,reason_code\r\n' +
+        `${ago(1)},c1,"'=HYPERLINK(""http://x"")",acme,tools/call,"a,b",allow,200,1.5,"say ""hi""\nbye",,\r\n`,
     )
     expect(['+1', '-1', '@a', '\tx'].map(csvField)).toEqual(["'+1", "'-1", "'@a", "'\tx"])
     expect(csvField(-1)).toBe('-1') // numbers are data, not formulas
