@@ -200,9 +200,14 @@ export class AdminServer {
         throw new AdminRefusal(404, 'http.path', `no admin route ${describePath(rawPath)} (routes: ${Object.keys(this.routes).join(', ')})`)
       if (action === undefined) {
         const allowed = Object.keys(route).join(', ')
-        throw new AdminRefusal(405, 'http.method', `${describePath(rawPath)} does not take ${describeMethod(method)} (allowed: ${allowed})`, {
-          allow: allowed,
-        })
+        throw new AdminRefusal(
+          405,
+          'http.method',
+          `${describePath(rawPath)} does not take ${describeMethod(method)} (allowed: ${allowed})`,
+          {
+            allow: allowed,
+          },
+        )
       }
       name = action.name
       const url = new URL(req.url ?? '/', 'http://admin')
@@ -306,11 +311,13 @@ async function readBody(req: IncomingMessage, wanted: boolean): Promise<unknown>
     chunks.push(chunk)
   }
   if (!wanted) {
-    if (size > 0) throw new AdminRefusal(400, 'admin.invalid_request', `${req.method ?? ''} takes no body (parameters go in the query string)`)
+    if (size > 0)
+      throw new AdminRefusal(400, 'admin.invalid_request', `${req.method ?? ''} takes no body (parameters go in the query string)`)
     return undefined
   }
   const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase()
-  if (type !== 'application/json') throw new AdminRefusal(415, 'admin.invalid_request', 'the body must be JSON (Content-Type: application/json)')
+  if (type !== 'application/json')
+    throw new AdminRefusal(415, 'admin.invalid_request', 'the body must be JSON (Content-Type: application/json)')
   const text = Buffer.concat(chunks).toString('utf8')
   try {
     return JSON.parse(text) as unknown

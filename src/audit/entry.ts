@@ -144,9 +144,10 @@ export interface AuditEntry {
   readonly latency_ms: number
   /**
    * Why the entry has its decision, as a stable code (pipeline/reason.ts, docs/gateway.md "Reason
-   * codes"); absent for an ordinary allow or passthrough. Read back from a trail, any string.
+   * codes: a ReasonCode); absent for an ordinary allow or passthrough. A string, not the union: a
+   * trail read back may hold a code a later release added.
    */
-  readonly reason_code?: ReasonCode | string
+  readonly reason_code?: string
   readonly reason?: string
   readonly session_id?: string
 }

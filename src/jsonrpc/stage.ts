@@ -76,7 +76,13 @@ function unreadable(ex: Exchange, err: Error): Refusal {
   const errored: NodeJS.ErrnoException | null = ex.req.socket.errored
   const code = errored?.code
   if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-    return { status: 408, decision: 'error', code: 'body.timeout', reason: 'request not received within request_timeout_seconds', message: 'Request timeout' }
+    return {
+      status: 408,
+      decision: 'error',
+      code: 'body.timeout',
+      reason: 'request not received within request_timeout_seconds',
+      message: 'Request timeout',
+    }
   }
   // A connection that ends mid-body fails Node's parser with HPE_INVALID_EOF_STATE: a client that left.
   if (code?.startsWith('HPE_') && code !== 'HPE_INVALID_EOF_STATE') {
@@ -92,7 +98,14 @@ function unreadable(ex: Exchange, err: Error): Refusal {
     ex.aborted = true
     return { status: 499, decision: 'error', code: 'client.closed', reason: BODY_CUT_OFF, message: 'Client closed request' }
   }
-  return { status: 400, decision: 'error', code: 'body.unreadable', reason: err.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }
+  return {
+    status: 400,
+    decision: 'error',
+    code: 'body.unreadable',
+    reason: err.message,
+    message: 'Request body could not be read',
+    rpcCode: PARSE_ERROR,
+  }
 }
 
 /**

@@ -152,8 +152,21 @@ async function runRest(stages: readonly Stage[], ex: Exchange, i: number, pendin
   return runStages(stages, ex, i + 1)
 }
 
-/** The finish phase: every stage whose `run` was called, last first. */
+/**
+ * The finish phase: every stage whose `run` was called, last first. A finish that throws (it must
+ * not) still lets every other stage release what it took; the first throw is rethrown after them.
+ */
 export function finishStages(stages: readonly Stage[], ex: Exchange): void {
-  for (let i = ex.stagesRun - 1; i >= 0; i--) stages[i].finish?.(ex)
+  let failed = false
+  let failure: unknown
+  for (let i = ex.stagesRun - 1; i >= 0; i--) {
+    try {
+      stages[i].finish?.(ex)
+    } catch (err) {
+      if (!failed) failure = err
+      failed = true
+    }
+  }
+  if (failed) throw failure
   ex.stagesRun = 0
 }

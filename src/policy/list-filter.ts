@@ -375,7 +375,13 @@ function cutEntries(text: string, batch: boolean, removals: Array<[number, ListK
  * Notes on the audit entry how many entries of one answer were hidden (docs/policy.md): `kind` names
  * the filter, `what` the entries (`tools`, `values`).
  */
-function noteHidden(ex: Exchange, kind: FilterNote, method: string, what: string, count: { id: unknown; hidden: number; total: number }): void {
+function noteHidden(
+  ex: Exchange,
+  kind: FilterNote,
+  method: string,
+  what: string,
+  count: { id: unknown; hidden: number; total: number },
+): void {
   // The first call this answer can be for whose own answer is not yet counted (a batch may hold two
   // calls with one id): asked by the note's kind, never by searching the text.
   const call = ex.calls.find((c) => c.id === count.id && c.method === method && !hasNote(c, kind))
