@@ -354,17 +354,29 @@ function entry(
 export function failedEntry(ex: Exchange, nowMonoMs: number): AuditEntry {
   const latency = Math.round((nowMonoMs - ex.startedMonoMs) * 1000) / 1000
   const e: { -readonly [K in keyof AuditEntry]: AuditEntry[K] } = {
-    timestamp: new Date(ex.startedAtMs).toISOString(),
+    timestamp: readSafely(() => new Date(ex.startedAtMs).toISOString(), new Date().toISOString()),
     request_id: ex.requestId,
-    identity: typeof ex.principal?.identity === 'string' ? ex.principal.identity : '',
-    tenant: typeof ex.principal?.tenant === 'string' ? ex.principal.tenant : '',
-    method: typeof ex.req.method === 'string' ? ex.req.method : '',
+    // Whatever made auditEntries throw may be on the principal: identity and tenant only when readable.
+    identity: readSafely(() => ex.principal?.identity ?? '', ''),
+    tenant: readSafely(() => ex.principal?.tenant ?? '', ''),
+    method: readSafely(() => ex.req.method ?? '', ''),
     tool: '',
     decision: 'error',
-    status: ex.status,
+    status: typeof ex.status === 'number' ? ex.status : 0,
     latency_ms: Number.isFinite(latency) ? latency : 0,
     reason_code: 'internal',
   }
-  if (typeof ex.reason === 'string' && ex.reason !== '') e.reason = ex.reason
+  const reason = readSafely(() => ex.reason, '')
+  if (reason !== '') e.reason = reason
   return e
+}
+
+/** A string field for failedEntry: the value when it reads as a string, else the fallback. */
+function readSafely(read: () => unknown, fallback: string): string {
+  try {
+    const value = read()
+    return typeof value === 'string' ? value : fallback
+  } catch {
+    return fallback
+  }
 }
