@@ -21,7 +21,6 @@ import { Upstream } from '../../src/upstream/forward'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
 import { MCP_HEADERS, as, configFrom, readJsonl, startHarness, tempDir, toolCall } from '../helpers/harness'
 
-
 /** The tool a request calls says where it throws; anything else is an ordinary call. */
 const THROWS = ['boom-stage', 'boom-async-stage', 'boom-finish', 'boom-metric', 'boom-entry'] as const
 
@@ -87,7 +86,10 @@ async function rig(): Promise<Rig> {
     if (name === 'boom-metric') throw new Error('metric exploded')
     count(name, outcome, seconds)
   }
-  const audit = new AuditTrail([new AuditWriter(await JsonlAuditSink.open(auditFile), silentLogger(), { maxQueueEntries: 10_000 })], metrics)
+  const audit = new AuditTrail(
+    [new AuditWriter(await JsonlAuditSink.open(auditFile), silentLogger(), { maxQueueEntries: 10_000 })],
+    metrics,
+  )
   const released = new Set<string>()
   const relay = new Upstream(config.upstream)
   const stages = [jsonRpcStage(config.limits), auditReservationStage(audit), ...throwingFinish(released), throwingStage]
