@@ -23,20 +23,45 @@ const ago = (minutes: number): string => new Date(now - minutes * 60_000).toISOS
 /** The trail every test reads: 8 entries over the last three hours, oldest first, as the gateway appends them. */
 const ENTRIES: AuditEntry[] = [
   auditEntry('r1', { timestamp: ago(180), identity: 'alice', tool: 'search' }),
-  auditEntry('r2', { timestamp: ago(90), identity: 'bob', tenant: 'globex', tool: 'search', decision: 'throttled', status: 429 }),
+  auditEntry('r2', {
+    timestamp: ago(90),
+    identity: 'bob',
+    tenant: 'globex',
+    tool: 'search',
+    decision: 'throttled',
+    status: 429,
+    reason_code: 'budget.exceeded',
+  }),
   auditEntry('r3', {
     timestamp: ago(50),
     identity: 'alice',
     tool: 'delete_repo',
     decision: 'deny',
     status: 403,
+    reason_code: 'policy.denied',
     reason: 'rule 2: deny delete_*',
   }),
   auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
   auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
   auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
-  auditEntry('r7', { timestamp: ago(10), identity: 'alice', tool: 'search', decision: 'throttled', status: 429 }),
-  auditEntry('r8', { timestamp: ago(5), identity: '', tenant: '', method: 'POST', tool: '', decision: 'unauthorized', status: 401 }),
+  auditEntry('r7', {
+    timestamp: ago(10),
+    identity: 'alice',
+    tool: 'search',
+    decision: 'throttled',
+    status: 429,
+    reason_code: 'budget.repeat',
+  }),
+  auditEntry('r8', {
+    timestamp: ago(5),
+    identity: '',
+    tenant: '',
+    method: 'POST',
+    tool: '',
+    decision: 'unauthorized',
+    status: 401,
+    reason_code: 'auth.missing_token',
+  }),
 ]
 writeFileSync(trail, toJsonLines(ENTRIES))
 const config = join(dir, 'wardline.yaml')
@@ -88,6 +113,15 @@ describe('filters', () => {
     expect(ids(audit('--tool', 'delete_*').stdout)).toEqual(['r3'])
     expect(ids(audit('--decision', 'throttled,deny').stdout)).toEqual(['r2', 'r3', 'r7'])
     expect(ids(audit('--decision', 'throttled', '--identity', 'alice').stdout)).toEqual(['r7'])
+  })
+
+  test('--reason-code selects entries by their code (a comma list); an ordinary allow has none', () => {
+    expect(ids(audit('--reason-code', 'policy.denied').stdout)).toEqual(['r3'])
+    expect(ids(audit('--reason-code', 'budget.exceeded, budget.repeat').stdout)).toEqual(['r2', 'r7'])
+    expect(ids(audit('--reason-code', 'budget.repeat', '--identity', 'bob').stdout)).toEqual([])
+    const bad = audit('--reason-code', 'budget.exceded')
+    expect(bad.code).toBe(1)
+    expect(bad.stderr).toMatch(/--reason-code budget\.exceded: "budget\.exceded" is not a reason code \(one or more of http\.host, /)
   })
 
   test('--since and --until take durations and ISO 8601 times: [since, until)', () => {

@@ -12,6 +12,7 @@ import { buildFilter } from '../../src/audit/query'
 import { entriesQuery, likePattern, summaryQuery } from '../../src/audit/query-postgres'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
+import { MIGRATIONS } from '../../src/postgres/migrations'
 import { auditEntry } from '../helpers/audit-entry'
 import { ROOT, cliMain, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
@@ -23,19 +24,35 @@ const ago = (minutes: number): string => new Date(now - minutes * 60_000).toISOS
 
 const ENTRIES: AuditEntry[] = [
   auditEntry('r1', { timestamp: ago(180), identity: 'alice', tool: 'search', session_id: 's-1' }),
-  auditEntry('r2', { timestamp: ago(90), identity: 'bob', tenant: 'globex', tool: 'search', decision: 'throttled', status: 429 }),
+  auditEntry('r2', {
+    timestamp: ago(90),
+    identity: 'bob',
+    tenant: 'globex',
+    tool: 'search',
+    decision: 'throttled',
+    status: 429,
+    reason_code: 'budget.exceeded',
+  }),
   auditEntry('r3', {
     timestamp: ago(50),
     identity: 'alice',
     tool: 'delete_repo',
     decision: 'deny',
     status: 403,
+    reason_code: 'policy.denied',
     reason: 'rule 2: deny delete_*',
   }),
   auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
   auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
   auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
-  auditEntry('r7', { timestamp: ago(10), identity: 'alice', tool: 'search', decision: 'throttled', status: 429 }),
+  auditEntry('r7', {
+    timestamp: ago(10),
+    identity: 'alice',
+    tool: 'search',
+    decision: 'throttled',
+    status: 429,
+    reason_code: 'budget.repeat',
+  }),
   auditEntry('r8', { timestamp: ago(5), identity: '', tenant: '', method: 'POST', tool: '', decision: 'unauthorized', status: 401 }),
   auditEntry('r9', { timestamp: ago(4), identity: "o'brien\\", tool: '!x' }),
 ]
@@ -90,6 +107,9 @@ test('the table gives the same answers as the JSONL trail, byte for byte, for ev
     ['--summary'],
     ['--summary', '--by', 'tenant,tool', '--decision', 'allow,throttled', '--format', 'csv'],
     ['--format', 'csv', '--identity', 'alice'],
+    ['--reason-code', 'budget.exceeded,policy.denied'],
+    ['--reason-code', 'budget.repeat', '--format', 'csv'],
+    ['--reason-code', 'budget.repeat,budget.exceeded', '--summary'],
   ]
   for (const args of cases) {
     const fromTable = audit(...args)
@@ -99,6 +119,34 @@ test('the table gives the same answers as the JSONL trail, byte for byte, for ev
   }
   expect(ids(audit('--identity', 'a%b_c').stdout)).toEqual(['r5'])
   expect(ids(audit('--identity', "o'brien\\").stdout)).toEqual(['r9'])
+  expect(ids(audit('--reason-code', 'budget.exceeded,policy.denied').stdout)).toEqual(['r2', 'r3'])
+})
+
+test('a database at schema version 8 (before reason codes): entries read without one, --reason-code says what to do', async () => {
+  const old = await freshDatabase()
+  const oldPool = testPool(old.url, 1)
+  try {
+    await migrate(oldPool, silentLogger(), MIGRATIONS.slice(0, 8))
+    await oldPool.query(
+      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason)
+       VALUES ('o1', now(), 'alice', 'acme', 'tools/call', 'echo', 'deny', 403, 1.5, 'rule 0')`,
+    )
+    const file = join(dir, 'old.yaml')
+    writeFileSync(
+      file,
+      `upstream: http://127.0.0.1:3001\nauth: { mode: header }\nfeatures: { postgres_storage: true }\npostgres: { dsn: ${JSON.stringify(old.url)} }\naudit: { output: null }\n`,
+    )
+    const all = runCli(['audit', '--config', file])
+    expect(all.code).toBe(0)
+    expect(JSON.parse(all.stdout)).toMatchObject({ request_id: 'o1', decision: 'deny', reason: 'rule 0' })
+    expect(JSON.parse(all.stdout)).not.toHaveProperty('reason_code')
+    const filtered = runCli(['audit', '--config', file, '--reason-code', 'policy.denied'])
+    expect(filtered.code).toBe(1)
+    expect(filtered.stderr).toMatch(/--reason-code: the database schema is at version 8, and reason codes arrived with version 9/)
+  } finally {
+    await oldPool.end()
+    await old.drop()
+  }
 })
 
 test('filters are parameters: SQL in a filter is a name that matches nothing, and the table is still there', () => {
