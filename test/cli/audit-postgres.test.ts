@@ -191,9 +191,10 @@ describe('a large table (200 000 rows)', () => {
   beforeAll(async () => {
     // ~1 KiB a row: the whole answer (~200 MiB of JSONL) is far more than the CLI may hold.
     await pool.query(
-      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason)
+      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason, reason_code)
        SELECT 'big-' || g, now() - interval '2 days' + g * interval '100 ms', 'user-' || (g % 1000), 'acme', 'tools/call',
-              'tool-' || (g % 50), CASE WHEN g % 10 = 0 THEN 'throttled' ELSE 'allow' END, 200, 1.25, repeat('x', 1000)
+              'tool-' || (g % 50), CASE WHEN g % 10 = 0 THEN 'throttled' ELSE 'allow' END, 200, 1.25, repeat('x', 1000),
+              CASE WHEN g % 10 = 0 THEN 'budget.exceeded' END
          FROM generate_series(1, $1) AS g`,
       [ROWS],
     )
@@ -213,6 +214,15 @@ describe('a large table (200 000 rows)', () => {
       .map((r) => r['QUERY PLAN'])
       .join('\n')
     expect(prefixPlan).not.toMatch(/Seq Scan/)
+  })
+
+  test('a reason code filter reads the partial index of migration 9 backwards, stopping at the limit', async () => {
+    const q = entriesQuery(buildFilter({ reasonCode: 'budget.exceeded' }, Date.now()), 100)
+    const plan = (await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${q.text}`, q.values as unknown[])).rows
+      .map((r) => r['QUERY PLAN'])
+      .join('\n')
+    expect(plan).toMatch(/Index Scan Backward using audit_entries_reason_code_time/)
+    expect(plan).not.toMatch(/Seq Scan/)
   })
 
   test('--limit 5 answers with the newest 5 rows', () => {
