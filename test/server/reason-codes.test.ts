@@ -3,7 +3,10 @@
  * "Reason codes"), beside the free-text reason; an ordinary allow has none. One real gateway in front
  * of the example server, each request made to hit one refusal or failure.
  */
+import { readFileSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
+import { join } from 'node:path'
+import { REASON_CODES } from '../../src/pipeline/reason'
 import { type Harness, MCP_HEADERS, as, startHarness, toolCall } from '../helpers/harness'
 import { closedPort } from '../e2e/raw-upstream'
 import { waitFor } from '../helpers/wait'
@@ -110,4 +113,11 @@ describe('upstream failures', () => {
       await h.close()
     }
   })
+})
+
+test('docs/gateway.md lists every reason code, once, in the order of pipeline/reason.ts', () => {
+  const docs = readFileSync(join(__dirname, '..', '..', 'docs', 'gateway.md'), 'utf8')
+  const section = docs.slice(docs.indexOf('### Reason codes'), docs.indexOf('## Performance'))
+  const listed = [...section.matchAll(/^\| `([a-z_.]+)` \|/gm)].map((m) => m[1])
+  expect(listed).toEqual([...REASON_CODES])
 })
