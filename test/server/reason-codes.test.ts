@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
 import { join } from 'node:path'
-import { REASON_CODES } from '../../src/pipeline/reason'
+import { NOTE, REASON_CODES, type Reasoned, addNote, hasNote, setCause } from '../../src/pipeline/reason'
 import { type Harness, MCP_HEADERS, as, startHarness, toolCall } from '../helpers/harness'
 import { closedPort } from '../e2e/raw-upstream'
 import { waitFor } from '../helpers/wait'
@@ -120,4 +120,28 @@ test('docs/gateway.md lists every reason code, once, in the order of pipeline/re
   const section = docs.slice(docs.indexOf('### Reason codes'), docs.indexOf('## Performance'))
   const listed = [...section.matchAll(/^\| `([a-z_.]+)` \|/gm)].map((m) => m[1])
   expect(listed).toEqual([...REASON_CODES])
+})
+
+describe('reasons are only ever added to', () => {
+  const fresh = (): Reasoned => ({ reason: '', reasonCode: null, noteKinds: 0 })
+
+  test('notes append in order; a cause leads when asked, else follows; no earlier text is lost', () => {
+    const on = fresh()
+    addNote(on, NOTE.budgetFailOpen, 'budget check failed open: down')
+    expect(on).toEqual({ reason: 'budget check failed open: down', reasonCode: null, noteKinds: NOTE.budgetFailOpen })
+    setCause(on, 'upstream.failed', 'upstream response broke off: reset', true)
+    addNote(on, NOTE.budgetRefunded, 'budget refunded: never sent')
+    expect(on.reason).toBe('upstream response broke off: reset; budget check failed open: down; budget refunded: never sent')
+    expect(on.reasonCode).toBe('upstream.failed')
+    setCause(on, 'internal', 'WL_INTERNAL: boom', true)
+    expect(on.reasonCode).toBe('internal') // the latest cause's code
+    expect(on.reason.startsWith('WL_INTERNAL: boom; upstream response broke off')).toBe(true)
+  })
+
+  test('what was noted is asked by its kind, never by its text', () => {
+    const on = fresh()
+    addNote(on, NOTE.listFiltered, 'completion filtered by policy: worded like another kind')
+    expect(hasNote(on, NOTE.listFiltered)).toBe(true)
+    expect(hasNote(on, NOTE.completionFiltered)).toBe(false)
+  })
 })
