@@ -11,7 +11,7 @@ import { csvField, defaultFormat } from '../../src/audit/query-format'
 import { terminalSafe } from '../../src/terminal-table'
 import { buildFilter, parseTime } from '../../src/audit/query'
 import { jsonlSummary } from '../../src/audit/query-jsonl'
-import { auditEntry } from '../helpers/audit-entry'
+import { auditEntry, sampleTrail } from '../helpers/audit-entry'
 import { ROOT, cliMain, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 
@@ -20,49 +20,8 @@ const trail = join(dir, 'audit.jsonl')
 const now = Date.now()
 const ago = (minutes: number): string => new Date(now - minutes * 60_000).toISOString()
 
-/** The trail every test reads: 8 entries over the last three hours, oldest first, as the gateway appends them. */
-const ENTRIES: AuditEntry[] = [
-  auditEntry('r1', { timestamp: ago(180), identity: 'alice', tool: 'search' }),
-  auditEntry('r2', {
-    timestamp: ago(90),
-    identity: 'bob',
-    tenant: 'globex',
-    tool: 'search',
-    decision: 'throttled',
-    status: 429,
-    reason_code: 'budget.exceeded',
-  }),
-  auditEntry('r3', {
-    timestamp: ago(50),
-    identity: 'alice',
-    tool: 'delete_repo',
-    decision: 'deny',
-    status: 403,
-    reason_code: 'policy.denied',
-    reason: 'rule 2: deny delete_*',
-  }),
-  auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
-  auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
-  auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
-  auditEntry('r7', {
-    timestamp: ago(10),
-    identity: 'alice',
-    tool: 'search',
-    decision: 'throttled',
-    status: 429,
-    reason_code: 'budget.repeat',
-  }),
-  auditEntry('r8', {
-    timestamp: ago(5),
-    identity: '',
-    tenant: '',
-    method: 'POST',
-    tool: '',
-    decision: 'unauthorized',
-    status: 401,
-    reason_code: 'auth.missing_token',
-  }),
-]
+/** The trail every test reads (helpers/audit-entry.ts sampleTrail). */
+const ENTRIES: AuditEntry[] = sampleTrail(ago)
 writeFileSync(trail, toJsonLines(ENTRIES))
 const config = join(dir, 'wardline.yaml')
 writeFileSync(config, `upstream: http://127.0.0.1:3001\nauth: { mode: header }\naudit: { output: ${JSON.stringify(trail)} }\n`)

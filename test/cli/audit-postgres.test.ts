@@ -13,7 +13,7 @@ import { entriesQuery, likePattern, summaryQuery } from '../../src/audit/query-p
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
 import { MIGRATIONS } from '../../src/postgres/migrations'
-import { auditEntry } from '../helpers/audit-entry'
+import { auditEntry, sampleTrail } from '../helpers/audit-entry'
 import { ROOT, cliMain, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 import { type TestDatabase, freshDatabase, testPool } from '../helpers/postgres'
@@ -22,38 +22,9 @@ const dir = tempDir('wardline-audit-pg-')
 const now = Date.now()
 const ago = (minutes: number): string => new Date(now - minutes * 60_000).toISOString()
 
+/** The JSONL tests' trail, with a session id on r1 and an identity that needs quoting in SQL (r9). */
 const ENTRIES: AuditEntry[] = [
-  auditEntry('r1', { timestamp: ago(180), identity: 'alice', tool: 'search', session_id: 's-1' }),
-  auditEntry('r2', {
-    timestamp: ago(90),
-    identity: 'bob',
-    tenant: 'globex',
-    tool: 'search',
-    decision: 'throttled',
-    status: 429,
-    reason_code: 'budget.exceeded',
-  }),
-  auditEntry('r3', {
-    timestamp: ago(50),
-    identity: 'alice',
-    tool: 'delete_repo',
-    decision: 'deny',
-    status: 403,
-    reason_code: 'policy.denied',
-    reason: 'rule 2: deny delete_*',
-  }),
-  auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
-  auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
-  auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
-  auditEntry('r7', {
-    timestamp: ago(10),
-    identity: 'alice',
-    tool: 'search',
-    decision: 'throttled',
-    status: 429,
-    reason_code: 'budget.repeat',
-  }),
-  auditEntry('r8', { timestamp: ago(5), identity: '', tenant: '', method: 'POST', tool: '', decision: 'unauthorized', status: 401 }),
+  ...sampleTrail(ago).map((e) => (e.request_id === 'r1' ? { ...e, session_id: 's-1' } : e)),
   auditEntry('r9', { timestamp: ago(4), identity: "o'brien\\", tool: '!x' }),
 ]
 

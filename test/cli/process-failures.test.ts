@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
-import { killServed, startServe } from '../helpers/cli'
+import { killServed, logRecords, startServe } from '../helpers/cli'
 import { MCP_HEADERS, as, readJsonl, tempDir, toolCall } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
 
@@ -21,13 +21,6 @@ process.on('SIGUSR2', () => {
   else setImmediate(() => { throw new Error('thrown for this test') })
 })
 `
-
-function records(stderr: string): Array<Record<string, unknown>> {
-  return stderr
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>)
-}
 
 describe('wardline serve, a fault outside any request', () => {
   let upstream: ExampleServer | null = null
@@ -71,7 +64,7 @@ describe('wardline serve, a fault outside any request', () => {
     expect(await call(2)).toBe(200) // still serving
     served.child.kill('SIGUSR2')
     expect(await served.exited).toBe(1)
-    const logged = records(served.stderr())
+    const logged = logRecords(served.stderr())
     expect(logged.find((r) => r.message === 'unhandled promise rejection: the gateway keeps serving')).toMatchObject({
       level: 'error',
       code: 'WL_INTERNAL',

@@ -140,6 +140,14 @@ export async function startServe(configFile: string, nodeArgs: readonly string[]
   }
 }
 
+/** The JSON log records of a serve child's stderr (lines that are not JSON, such as Node's warnings, left out). */
+export function logRecords(stderr: string): Array<Record<string, unknown>> {
+  return stderr
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+}
+
 /** The `listen` of the "wardline listening" log line (JSON, one per line), once a complete one arrived. */
 function listeningAddress(stderr: string): string | null {
   for (const line of stderr.split('\n').slice(0, -1)) {
