@@ -9,6 +9,7 @@ import type { Logger } from '../log'
 import { boundAddress, listenOrExplain } from '../net/listen'
 import { type TlsMaterial, logCertificate, reloadTls } from '../net/tls'
 import { hasControlCharacters } from '../pipeline/exchange'
+import type { ReasonCode } from '../pipeline/reason'
 
 /** A store or list failure (the database down) in a route, with the target it was acting on, for the audit entry. */
 export class AdminStoreFailure extends Error {
@@ -66,6 +67,8 @@ const MAX_OPERATOR_CHARS = 64
 class AdminRefusal extends Error {
   constructor(
     readonly status: number,
+    /** The audit entry's reason_code. */
+    readonly code: ReasonCode,
     message: string,
     readonly headers: Readonly<Record<string, string>> = {},
   ) {
@@ -178,12 +181,14 @@ export class AdminServer {
     let answer: AdminAnswer
     let reserved: 0 | 1 = 0
     let decision: AuditEntry['decision'] = 'error'
+    let code: ReasonCode | null = null
     try {
       if (!this.authorized(req)) {
         decision = 'unauthorized'
         const bad = req.headers.authorization !== undefined
         throw new AdminRefusal(
           401,
+          bad ? 'auth.invalid_token' : 'auth.missing_token',
           bad ? 'the admin token is not valid' : 'an admin token is required (Authorization: Bearer <admin.token>)',
           {
             'www-authenticate': bad ? 'Bearer realm="wardline-admin", error="invalid_token"' : 'Bearer realm="wardline-admin"',
@@ -192,29 +197,38 @@ export class AdminServer {
       }
       identity = operatorOf(req)
       if (route === undefined)
-        throw new AdminRefusal(404, `no admin route ${describePath(rawPath)} (routes: ${Object.keys(this.routes).join(', ')})`)
+        throw new AdminRefusal(404, 'http.path', `no admin route ${describePath(rawPath)} (routes: ${Object.keys(this.routes).join(', ')})`)
       if (action === undefined) {
         const allowed = Object.keys(route).join(', ')
-        throw new AdminRefusal(405, `${describePath(rawPath)} does not take ${describeMethod(method)} (allowed: ${allowed})`, {
-          allow: allowed,
-        })
+        throw new AdminRefusal(
+          405,
+          'http.method',
+          `${describePath(rawPath)} does not take ${describeMethod(method)} (allowed: ${allowed})`,
+          {
+            allow: allowed,
+          },
+        )
       }
       name = action.name
       const url = new URL(req.url ?? '/', 'http://admin')
       const body = await readBody(req, method === 'POST')
       if (!this.audit.reserveOne()) {
-        throw new AdminRefusal(503, 'the audit trail is full: no admin action runs unaudited; try again shortly')
+        throw new AdminRefusal(503, 'audit.backpressure', 'the audit trail is full: no admin action runs unaudited; try again shortly')
       }
       reserved = 1
       answer = await action.run({ query: url.searchParams, body })
       decision = answer.status < 400 ? 'allow' : 'error'
+      // A route's own client errors (a body naming no bucket, a revocation to lift that is not there).
+      if (answer.status >= 400) code = 'admin.invalid_request'
     } catch (err) {
       if (err instanceof AdminRefusal) {
+        code = err.code
         answer = { status: err.status, body: { error: err.message }, reason: err.message }
         for (const [k, v] of Object.entries(err.headers)) res.setHeader(k, v)
       } else {
         // A store or list failure (the database down): the operator gets the cause, the process goes on.
         const cause = err instanceof AdminStoreFailure ? err.failure : err
+        code = err instanceof AdminStoreFailure ? 'admin.store_failed' : 'internal'
         const message = `admin.${name} failed: ${describeError(cause)}`
         this.log.warn('admin API call failed', { action: name, error: describeError(cause) })
         answer = {
@@ -239,6 +253,7 @@ export class AdminServer {
         decision,
         status: answer.status,
         latency_ms: Math.round((performance.now() - started) * 1000) / 1000,
+        ...(code === null ? {} : { reason_code: code }),
         ...(answer.reason ? { reason: answer.reason } : {}),
       },
       reserved,
@@ -286,26 +301,28 @@ function describeMethod(method: string): string {
 async function readBody(req: IncomingMessage, wanted: boolean): Promise<unknown> {
   const declared = req.headers['content-length']
   if (declared !== undefined && Number(declared) > MAX_ADMIN_BODY_BYTES) {
-    throw new AdminRefusal(413, `the body is larger than ${MAX_ADMIN_BODY_BYTES} bytes`)
+    throw new AdminRefusal(413, 'body.too_large', `the body is larger than ${MAX_ADMIN_BODY_BYTES} bytes`)
   }
   const chunks: Buffer[] = []
   let size = 0
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length
-    if (size > MAX_ADMIN_BODY_BYTES) throw new AdminRefusal(413, `the body is larger than ${MAX_ADMIN_BODY_BYTES} bytes`)
+    if (size > MAX_ADMIN_BODY_BYTES) throw new AdminRefusal(413, 'body.too_large', `the body is larger than ${MAX_ADMIN_BODY_BYTES} bytes`)
     chunks.push(chunk)
   }
   if (!wanted) {
-    if (size > 0) throw new AdminRefusal(400, `${req.method ?? ''} takes no body (parameters go in the query string)`)
+    if (size > 0)
+      throw new AdminRefusal(400, 'admin.invalid_request', `${req.method ?? ''} takes no body (parameters go in the query string)`)
     return undefined
   }
   const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase()
-  if (type !== 'application/json') throw new AdminRefusal(415, 'the body must be JSON (Content-Type: application/json)')
+  if (type !== 'application/json')
+    throw new AdminRefusal(415, 'admin.invalid_request', 'the body must be JSON (Content-Type: application/json)')
   const text = Buffer.concat(chunks).toString('utf8')
   try {
     return JSON.parse(text) as unknown
   } catch (err) {
-    throw new AdminRefusal(400, `the body is not valid JSON: ${(err as Error).message}`)
+    throw new AdminRefusal(400, 'admin.invalid_request', `the body is not valid JSON: ${(err as Error).message}`)
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Decision, Exchange, RpcCall } from '../pipeline/exchange'
+import { type ReasonCode, joinReasons } from '../pipeline/reason'
 
 /**
  * The JSONL text of entries: one JSON object per line, each line ending in a newline, byte for byte
@@ -42,6 +43,7 @@ function jsonLine(e: AuditEntry): string {
     jsonNumber(e.status) +
     ',"latency_ms":' +
     jsonMilliseconds(e.latency_ms)
+  if (e.reason_code !== undefined) line += ',"reason_code":' + jsonString(e.reason_code)
   if (e.reason !== undefined) line += ',"reason":' + jsonString(e.reason)
   if (e.session_id !== undefined) line += ',"session_id":' + jsonString(e.session_id)
   return line + '}\n'
@@ -58,6 +60,7 @@ function wellFormed(e: AuditEntry): boolean {
     typeof e.decision === 'string' &&
     typeof e.status === 'number' &&
     typeof e.latency_ms === 'number' &&
+    (e.reason_code === undefined || typeof e.reason_code === 'string') &&
     (e.reason === undefined || typeof e.reason === 'string') &&
     (e.session_id === undefined || typeof e.session_id === 'string')
   )
@@ -139,6 +142,12 @@ export interface AuditEntry {
   readonly decision: Decision
   readonly status: number
   readonly latency_ms: number
+  /**
+   * Why the entry has its decision, as a stable code (pipeline/reason.ts, docs/gateway.md "Reason
+   * codes: a ReasonCode); absent for an ordinary allow or passthrough. A string, not the union: a
+   * trail read back may hold a code a later release added.
+   */
+  readonly reason_code?: string
   readonly reason?: string
   readonly session_id?: string
 }
@@ -197,6 +206,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         decision,
         ex.status,
         latency,
+        ex.reasonCode,
         callReason(ex, call),
         sessionId,
       ),
@@ -211,7 +221,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
     if (!call.gated) {
       ;(rest ??= []).push(call.method || 'response')
       // What the answer phase noted on an ungated call (a tools/list that hid entries).
-      if (call.reason) restReason = restReason ? `${restReason}; ${call.reason}` : call.reason
+      restReason = joinReasons(restReason, call.reason)
       continue
     }
     const decision = ex.decision ?? 'allow'
@@ -226,6 +236,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         decision,
         ex.status,
         latency,
+        ex.reasonCode,
         callReason(ex, call),
         sessionId,
       ),
@@ -234,20 +245,34 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   if (rest !== null) {
     const decision = ex.decision ?? 'passthrough'
     out.push(
-      entry(timestamp, `${ex.requestId}/rest`, identity, tenant, rest.join(','), '', decision, ex.status, latency, restReason, sessionId),
+      entry(
+        timestamp,
+        `${ex.requestId}/rest`,
+        identity,
+        tenant,
+        rest.join(','),
+        '',
+        decision,
+        ex.status,
+        latency,
+        ex.reasonCode,
+        restReason,
+        sessionId,
+      ),
     )
   }
   return out
 }
 
 /**
- * The reason of one call's entry: what a stage noted on the call (the policy rule that denied it, how
- * many entries its list hid), else the request's. A call the budget throttled says why it was
- * throttled, even when policy would also have denied it: the decision is `throttled`.
+ * The reason of one call's entry: the request's, then what the answer phase noted on the call (how
+ * many entries its list hid). A call that was not forwarded has the request's alone: it leads with
+ * the refusal (the policy rule that denied it, or why the budget throttled it, even when policy
+ * would also have denied it: the decision is `throttled`).
  */
 function callReason(ex: Exchange, call: RpcCall | null): string {
-  if (call === null || ex.decision === 'throttled') return ex.reason
-  return call.reason || ex.reason
+  if (call === null || !ex.forwarded) return ex.reason
+  return joinReasons(ex.reason, call.reason)
 }
 
 /**
@@ -270,7 +295,7 @@ function refusedBatchEntry(
   for (let i = 0; i < calls.length; i++) {
     const call = calls[i]
     methods.add(call.method || 'response')
-    if (refused === null && call.reason) refused = call.target
+    if (refused === null && call.reasonCode !== null) refused = call.target
     if (firstGated === null && call.gated) firstGated = call.target
   }
   const tool = refused ?? firstGated ?? ''
@@ -285,6 +310,7 @@ function refusedBatchEntry(
     ex.decision ?? 'error',
     ex.status,
     latency,
+    ex.reasonCode,
     ex.reason,
     sessionId,
   )
@@ -300,6 +326,7 @@ function entry(
   decision: Decision,
   status: number,
   latency: number,
+  reasonCode: ReasonCode | null,
   reason: string,
   sessionId: string,
 ): AuditEntry {
@@ -314,7 +341,42 @@ function entry(
     status,
     latency_ms: latency,
   }
+  if (reasonCode !== null) e.reason_code = reasonCode
   if (reason) e.reason = reason
   if (sessionId) e.session_id = sessionId
   return e
+}
+
+/**
+ * The one entry of a request whose entries could not be built (auditEntries threw): only fields
+ * that cannot fail, read defensively, so the request is still audited exactly once.
+ */
+export function failedEntry(ex: Exchange, nowMonoMs: number): AuditEntry {
+  const latency = Math.round((nowMonoMs - ex.startedMonoMs) * 1000) / 1000
+  const e: { -readonly [K in keyof AuditEntry]: AuditEntry[K] } = {
+    timestamp: readSafely(() => new Date(ex.startedAtMs).toISOString(), new Date().toISOString()),
+    request_id: ex.requestId,
+    // Whatever made auditEntries throw may be on the principal: identity and tenant only when readable.
+    identity: readSafely(() => ex.principal?.identity ?? '', ''),
+    tenant: readSafely(() => ex.principal?.tenant ?? '', ''),
+    method: readSafely(() => ex.req.method ?? '', ''),
+    tool: '',
+    decision: 'error',
+    status: typeof ex.status === 'number' ? ex.status : 0,
+    latency_ms: Number.isFinite(latency) ? latency : 0,
+    reason_code: 'internal',
+  }
+  const reason = readSafely(() => ex.reason, '')
+  if (reason !== '') e.reason = reason
+  return e
+}
+
+/** A string field for failedEntry: the value when it reads as a string, else the fallback. */
+function readSafely(read: () => unknown, fallback: string): string {
+  try {
+    const value = read()
+    return typeof value === 'string' ? value : fallback
+  } catch {
+    return fallback
+  }
 }

@@ -93,6 +93,8 @@ const CSV_ENTRY_COLUMNS = [
   'latency_ms',
   'reason',
   'session_id',
+  // Last: a column added after the others keeps every earlier one where scripts that read by position expect it.
+  'reason_code',
 ] as const
 
 /**

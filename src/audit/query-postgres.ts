@@ -20,6 +20,9 @@ const IDLE_IN_TRANSACTION_MS = 10 * 60_000
 /** The audit query indexes arrived with this schema version (migration 005). */
 const INDEXED_SCHEMA_VERSION = 5
 
+/** The reason_code column arrived with this schema version (migration 009). */
+export const REASON_CODE_SCHEMA_VERSION = 9
+
 /** Characters of `tool` in its index (migration 005): a B-tree entry cannot hold a caller's 3 KB target. */
 const TOOL_INDEX_PREFIX = 200
 
@@ -73,12 +76,22 @@ function where(filter: AuditFilter, values: unknown[]): string {
         : `decision COLLATE "C" = ANY(${param(filter.decisions)}::text[])`,
     )
   }
+  if (filter.reasonCodes !== null) {
+    // Equality implies NOT NULL, so the partial index of migration 009 serves it.
+    conditions.push(
+      filter.reasonCodes.length === 1
+        ? `reason_code COLLATE "C" = ${param(filter.reasonCodes[0])}`
+        : `reason_code COLLATE "C" = ANY(${param(filter.reasonCodes)}::text[])`,
+    )
+  }
   if (filter.sinceMs !== null) conditions.push(`"timestamp" >= ${param(new Date(filter.sinceMs).toISOString())}::timestamptz`)
   if (filter.untilMs !== null) conditions.push(`"timestamp" < ${param(new Date(filter.untilMs).toISOString())}::timestamptz`)
   return conditions.length === 0 ? '' : `WHERE ${conditions.join(' AND ')}`
 }
 
-const COLUMNS = `"timestamp", request_id, identity, tenant, method, tool, decision, status, latency_ms, reason, session_id`
+const COLUMNS = `"timestamp", request_id, identity, tenant, method, tool, decision, status, latency_ms, reason_code, reason, session_id`
+/** The same columns from a schema older than REASON_CODE_SCHEMA_VERSION: no row there has a code. */
+const COLUMNS_WITHOUT_CODE = COLUMNS.replace('reason_code', 'NULL::text AS reason_code')
 
 /**
  * The entries to print, oldest first. With a limit: the newest `limit` matches (read backwards along
@@ -86,13 +99,14 @@ const COLUMNS = `"timestamp", request_id, identity, tenant, method, tool, decisi
  * `matched` says whether there was one more, which is then dropped). With 0: every match, oldest
  * first, read forwards (the cursor streams it).
  */
-export function entriesQuery(filter: AuditFilter, limit: number): Sql {
+export function entriesQuery(filter: AuditFilter, limit: number, hasReasonCode = true): Sql {
   const values: unknown[] = []
   const clause = where(filter, values)
-  if (limit === 0) return { text: `SELECT ${COLUMNS} FROM audit_entries ${clause} ORDER BY "timestamp", id`, values }
+  const columns = hasReasonCode ? COLUMNS : COLUMNS_WITHOUT_CODE
+  if (limit === 0) return { text: `SELECT ${columns} FROM audit_entries ${clause} ORDER BY "timestamp", id`, values }
   values.push(limit + 1)
   return {
-    text: `SELECT ${COLUMNS}, count(*) OVER () AS matched FROM (SELECT id, ${COLUMNS} FROM audit_entries ${clause}
+    text: `SELECT ${COLUMNS}, count(*) OVER () AS matched FROM (SELECT id, ${columns} FROM audit_entries ${clause}
       ORDER BY "timestamp" DESC, id DESC LIMIT $${values.length}) newest ORDER BY "timestamp", id`,
     values,
   }
@@ -124,11 +138,12 @@ interface EntryRow {
   decision: Decision
   status: number
   latency_ms: number
+  reason_code: string | null
   reason: string | null
   session_id: string | null
 }
 
-/** A row as the JSONL trail has it (same keys, same order; absent reason and session_id omitted). */
+/** A row as the JSONL trail has it (same keys, same order; absent reason_code, reason and session_id omitted). */
 function toEntry(r: EntryRow): AuditEntry {
   const e: { -readonly [K in keyof AuditEntry]: AuditEntry[K] } = {
     timestamp: r.timestamp.toISOString(),
@@ -141,6 +156,7 @@ function toEntry(r: EntryRow): AuditEntry {
     status: r.status,
     latency_ms: r.latency_ms,
   }
+  if (r.reason_code !== null) e.reason_code = r.reason_code
   if (r.reason !== null) e.reason = r.reason
   if (r.session_id !== null) e.session_id = r.session_id
   return e
@@ -151,6 +167,9 @@ function toEntry(r: EntryRow): AuditEntry {
  * gateways, from an operator's shell. Warnings (an old schema) go to `warn`.
  */
 export class AuditDatabase {
+  /** The schema version of the database (wardline_schema_migrations), read once at open. */
+  private version = 0
+
   private constructor(private readonly client: Client) {}
 
   static async open(dsn: string, source: string, warn: (line: string) => void): Promise<AuditDatabase> {
@@ -176,6 +195,7 @@ export class AuditDatabase {
       await client.query(`SET DateStyle = 'ISO, MDY'`)
       const version = await client.query<{ v: number | null }>('SELECT max(version)::int AS v FROM wardline_schema_migrations')
       const v = version.rows[0].v ?? 0
+      db.version = v
       if (v < INDEXED_SCHEMA_VERSION) {
         warn(
           `wardline audit: the database schema is at version ${v}: the audit query indexes (version ${INDEXED_SCHEMA_VERSION}) are missing, so filtered queries scan the table; start a gateway of this release once to add them`,
@@ -218,8 +238,10 @@ export class AuditDatabase {
 
   /** The entries to print; `found.more` is set when more rows match than the limit let through. */
   async *entries(filter: AuditFilter, limit: number, found: { more: boolean }): AsyncGenerator<AuditEntry> {
+    this.checkReasonCodes(filter)
     let first = true
-    for await (const row of this.rows<EntryRow & { matched?: string }>(entriesQuery(filter, limit))) {
+    const sql = entriesQuery(filter, limit, this.version >= REASON_CODE_SCHEMA_VERSION)
+    for await (const row of this.rows<EntryRow & { matched?: string }>(sql)) {
       if (first && limit > 0 && Number(row.matched) > limit) {
         found.more = true // the oldest of limit + 1: fetched only to learn there are more
         first = false
@@ -232,6 +254,7 @@ export class AuditDatabase {
 
   /** Summary rows, largest first; `found.groups` is how many groups matched in all. */
   async *summary(filter: AuditFilter, by: readonly GroupColumn[], limit: number, found: { groups: number }): AsyncGenerator<SummaryRow> {
+    this.checkReasonCodes(filter)
     for await (const row of this.rows<Record<string, string>>(summaryQuery(filter, by, limit))) {
       found.groups = Number(row.groups)
       yield { group: by.map((c) => row[c]), counts: DECISIONS.map((d) => Number(row[d])), total: Number(row.total) }
@@ -240,6 +263,14 @@ export class AuditDatabase {
 
   async close(): Promise<void> {
     await this.client.end().catch(() => undefined)
+  }
+
+  /** --reason-code on a schema without the column: said plainly rather than as Postgres' "column does not exist". */
+  private checkReasonCodes(filter: AuditFilter): void {
+    if (filter.reasonCodes === null || this.version >= REASON_CODE_SCHEMA_VERSION) return
+    throw new AuditQueryError(
+      `--reason-code: the database schema is at version ${this.version}, and reason codes arrived with version ${REASON_CODE_SCHEMA_VERSION}; start a gateway of this release once to add them`,
+    )
   }
 
   private async run<R>(text: string, values?: readonly unknown[]): Promise<R[]> {

@@ -1,4 +1,5 @@
 import { DECISIONS, type Decision } from '../pipeline/exchange'
+import { REASON_CODES, type ReasonCode, isReasonCode } from '../pipeline/reason'
 import { Glob } from '../glob'
 import type { AuditEntry } from './entry'
 
@@ -13,6 +14,8 @@ export interface AuditFilter {
   readonly tool: Glob | null
   /** null: every decision. */
   readonly decisions: readonly Decision[] | null
+  /** null: any reason code, or none. Otherwise entries carrying one of these (an ordinary allow carries none). */
+  readonly reasonCodes: readonly ReasonCode[] | null
   readonly sinceMs: number | null
   readonly untilMs: number | null
 }
@@ -103,6 +106,21 @@ export function parseDecisions(text: string): Decision[] {
   return out
 }
 
+/** `--reason-code policy.denied` or `--reason-code budget.exceeded,budget.repeat`. */
+export function parseReasonCodes(text: string): ReasonCode[] {
+  const out: ReasonCode[] = []
+  for (const part of text.split(',')) {
+    const name = part.trim()
+    if (!isReasonCode(name)) {
+      throw new AuditQueryError(
+        `--reason-code ${text}: ${JSON.stringify(name)} is not a reason code (one or more of ${REASON_CODES.join(', ')}, comma-separated)`,
+      )
+    }
+    if (!out.includes(name)) out.push(name)
+  }
+  return out
+}
+
 /** `--limit N`: 1..MAX_LIMIT, or 0 for every matching row. */
 export function parseLimit(text: string): number {
   const n = /^\d{1,7}$/.test(text.trim()) ? Number(text) : NaN
@@ -134,6 +152,7 @@ export interface FilterOptions {
   readonly tenant?: string
   readonly tool?: string
   readonly decision?: string
+  readonly reasonCode?: string
   readonly since?: string
   readonly until?: string
 }
@@ -161,6 +180,7 @@ export function buildFilter(options: FilterOptions, nowMs: number): AuditFilter 
     tenant: glob(options.tenant),
     tool: glob(options.tool),
     decisions: options.decision === undefined ? null : parseDecisions(options.decision),
+    reasonCodes: options.reasonCode === undefined ? null : parseReasonCodes(options.reasonCode),
     sinceMs,
     untilMs,
   }
@@ -172,6 +192,7 @@ export function matches(filter: AuditFilter, e: AuditEntry, timestampMs: number)
   if (filter.tenant !== null && !filter.tenant.matches(e.tenant)) return false
   if (filter.tool !== null && !filter.tool.matches(e.tool)) return false
   if (filter.decisions !== null && !filter.decisions.includes(e.decision)) return false
+  if (filter.reasonCodes !== null && !(filter.reasonCodes as readonly unknown[]).includes(e.reason_code)) return false
   if (filter.sinceMs !== null && !(timestampMs >= filter.sinceMs)) return false
   if (filter.untilMs !== null && !(timestampMs < filter.untilMs)) return false
   return true
@@ -224,6 +245,7 @@ export function asEntry(value: unknown): AuditEntry | null {
   if (!ENTRY_TIMESTAMP.test(e.timestamp as string)) return null
   if (!(DECISIONS as readonly unknown[]).includes(e.decision)) return null
   if (typeof e.status !== 'number' || (typeof e.latency_ms !== 'number' && e.latency_ms !== null)) return null
+  if (e.reason_code !== undefined && typeof e.reason_code !== 'string') return null
   if (e.reason !== undefined && typeof e.reason !== 'string') return null
   if (e.session_id !== undefined && typeof e.session_id !== 'string') return null
   return value as AuditEntry

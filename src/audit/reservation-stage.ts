@@ -34,6 +34,7 @@ function backpressure(sink: string): Refusal {
   return {
     status: STATUS.WL_AUDIT_BACKPRESSURE,
     decision: 'error',
+    code: 'audit.backpressure',
     reason: `WL_AUDIT_BACKPRESSURE: the ${sink} audit queue has no room for this request's entries (audit.max_queue_entries): not forwarded`,
     message: 'Service unavailable',
     data: { retry_after_seconds: 1 },

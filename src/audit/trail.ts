@@ -2,7 +2,7 @@ import { RateLimitedLog, type Logger, silentLogger } from '../log'
 import { type AuditMetrics, CALL_OUTCOMES } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { stateKey } from '../pipeline/state'
-import { type AuditEntry, auditEntries, entryCount, requestDecision } from './entry'
+import { type AuditEntry, auditEntries, entryCount, failedEntry, requestDecision } from './entry'
 import type { AuditWriter } from './writer'
 
 /** Audit queue slots reserved for the request's entries in every writer, 0 when none. */
@@ -59,12 +59,39 @@ export class AuditTrail {
 
   /** Writes the request's entries, using and then releasing the slots it reserved (if any). */
   record(ex: Exchange): void {
+    this.write(ex, this.entriesOf(ex))
+  }
+
+  /**
+   * The request's entries, counted in the request metrics. Throws when building or counting them
+   * does: the gateway then marks the request failed and writes `entriesAfterFailure` instead.
+   */
+  entriesOf(ex: Exchange): AuditEntry[] {
     const now = performance.now()
     const entries = auditEntries(ex, now)
     // One request, one count and one latency, however many entries a batch wrote.
     this.metrics.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
     for (const e of entries) this.metrics.countEntry(e.decision, e.tenant, e.tool)
     if (ex.forwarded) this.countForwardedCalls(ex, now)
+    return entries
+  }
+
+  /**
+   * The entries of a request whose entriesOf threw, once the gateway has marked it failed: built
+   * again (the request metrics left as they are), or, when building throws again, the one entry
+   * that cannot fail (failedEntry). Never throws: the request is audited whatever broke.
+   */
+  entriesAfterFailure(ex: Exchange): AuditEntry[] {
+    const now = performance.now()
+    try {
+      return auditEntries(ex, now)
+    } catch {
+      return [failedEntry(ex, now)]
+    }
+  }
+
+  /** Hands the entries to every writer, in the slots the request reserved (if any). */
+  write(ex: Exchange, entries: readonly AuditEntry[]): void {
     const reserved = ex.get(RESERVED)
     if (reserved > 0) ex.set(RESERVED, 0) // a second record() of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)

@@ -10,7 +10,8 @@ export class HeaderAuthenticator implements Authenticator {
   authenticate(ex: Exchange): AuthResult {
     const identity = single(ex.req.headersDistinct['x-wardline-identity'])
     if (identity === null) return { failed: true, reason: 'more than one X-Wardline-Identity header', bearerError: null }
-    if (identity === '') return { failed: true, reason: 'missing X-Wardline-Identity header', bearerError: null }
+    if (identity === '')
+      return { failed: true, reason: 'missing X-Wardline-Identity header', bearerError: null, code: 'auth.missing_token' }
     const tenantHeader = single(ex.req.headersDistinct['x-wardline-tenant'])
     if (tenantHeader === null) return { failed: true, reason: 'more than one X-Wardline-Tenant header', bearerError: null }
     const tenant = tenantHeader === '' ? DEFAULT_TENANT : tenantHeader

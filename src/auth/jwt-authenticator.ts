@@ -19,7 +19,7 @@ const UNPADDED_B64TOKEN = /^[A-Za-z0-9\-._~+/]+$/
  */
 const CANONICAL_SCHEME = 'Bearer '
 
-const MISSING: AuthFailure = { failed: true, reason: 'missing bearer token', bearerError: null }
+const MISSING: AuthFailure = { failed: true, reason: 'missing bearer token', bearerError: null, code: 'auth.missing_token' }
 const NOT_BEARER: AuthFailure = { failed: true, reason: 'Authorization header is not a Bearer token', bearerError: null }
 // The Bearer scheme with no well-formed token after it: a malformed request (RFC 6750 §3.1 invalid_request).
 const MALFORMED_HEADER: AuthFailure = { failed: true, reason: 'malformed Authorization header', bearerError: 'invalid_request' }
@@ -245,7 +245,7 @@ function rejection(err: unknown, token: string): AuthFailure {
   if (err instanceof errors.JWKSNoMatchingKey) return invalid('no known signing key matches the token')
   if (err instanceof errors.JWKSMultipleMatchingKeys) return invalid('token matches several signing keys; it needs a kid')
   if (err instanceof WardlineError && err.code === 'WL_AUTH_KEYS_UNAVAILABLE') {
-    return invalid('signing keys unavailable', `${err.code}: ${err.message}`)
+    return { ...invalid('signing keys unavailable', `${err.code}: ${err.message}`), code: 'auth.keys_unavailable' }
   }
   if (err instanceof errors.JOSENotSupported) return invalid('unsupported token type or algorithm')
   if (err instanceof errors.JOSEError) return invalid('malformed token', describeError(err))

@@ -40,7 +40,14 @@ function revoked(revocation: Revocation, principal: Principal, headers: Readonly
   if (revocation.kind === 'jti') what = `revoked token (jti ${JSON.stringify(revocation.jti)})`
   else if (revocation.kind === 'issued_before') what = `revoked tokens issued before ${revocation.issued_before} (${issuedAtOf(principal)})`
   else what = 'revoked identity'
-  return { status: 401, decision: 'unauthorized', reason: `${what}${end}${scope}`, message: 'Unauthorized: revoked', headers }
+  return {
+    status: 401,
+    decision: 'unauthorized',
+    code: 'auth.revoked',
+    reason: `${what}${end}${scope}`,
+    message: 'Unauthorized: revoked',
+    headers,
+  }
 }
 
 /** The refused token's `iat` for the audit reason, as an ISO time when it is one. */

@@ -13,6 +13,8 @@ export interface AuthFailure {
   readonly bearerError: 'invalid_token' | 'invalid_request' | null
   /** For operators only (appended to the audit reason): the underlying cause, e.g. why a JWKS fetch failed. */
   readonly detail?: string
+  /** The audit reason_code when it is not `auth.invalid_token`: no credentials at all, or no signing keys to check them with. */
+  readonly code?: 'auth.missing_token' | 'auth.keys_unavailable'
 }
 
 /**
@@ -64,6 +66,7 @@ function unauthorized(failure: AuthFailure, challenge: string): Refusal {
   return {
     status: 401,
     decision: 'unauthorized',
+    code: failure.code ?? 'auth.invalid_token',
     reason: failure.detail === undefined ? failure.reason : `${failure.reason} (${failure.detail})`,
     message: `Unauthorized: ${failure.reason}`,
     headers: { 'www-authenticate': header, 'cache-control': 'no-store' },

@@ -4,6 +4,7 @@ import { WardlineError, describeError } from '../errors'
 import { type Logger, RateLimitedLog } from '../log'
 import type { BudgetMetrics } from './metrics'
 import type { Exchange, RpcCall } from '../pipeline/exchange'
+import { NOTE, addNote, joinReasons } from '../pipeline/reason'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { stateKey } from '../pipeline/state'
 import { throttledAgentText } from './agent-text'
@@ -91,7 +92,7 @@ export function budgetStage(
     }
     const cause = describeError(err)
     if (local) return degraded(ex, charges, cause)
-    ex.reason = `budget check failed open: ${cause}`
+    addNote(ex, NOTE.budgetFailOpen, `budget check failed open: ${cause}`)
     metrics.budgetFailOpen.inc()
     failOpens.add()
     warnings.warn('budget-fail-open', 'budget check failed: admitting calls unchecked (budget.on_store_error: open)', { error: cause })
@@ -111,9 +112,9 @@ export function budgetStage(
     const why = `budget check degraded to local limit: ${cause}`
     if (!admission.result.admitted) {
       const refusal = throttled(admission.result, charges, plan, ex)
-      return { ...refusal, reason: `${refusal.reason}; ${why}` }
+      return { ...refusal, reason: joinReasons(refusal.reason, why) }
     }
-    ex.reason = why
+    addNote(ex, NOTE.budgetDegraded, why)
     return decided(ex, charges, admission.result, plan, admission)
   }
 
@@ -170,7 +171,7 @@ export function budgetStage(
       const why = unserved(outcome)
       if (why === null) return
       ex.set(RECEIPT, null)
-      ex.reason = ex.reason === '' ? `budget refunded: ${why}` : `${ex.reason}; budget refunded: ${why}`
+      addNote(ex, NOTE.budgetRefunded, `budget refunded: ${why}`)
       // The MCP server's refusal goes back to the client: its RateLimit fields count the refund.
       if (outcome.status !== 0 && ex.responseHeaders !== null) {
         Object.assign(ex.responseHeaders, rateLimitFields(receipt.result.buckets, receipt.charges, -1, true))
@@ -296,6 +297,7 @@ function throttled(result: AdmitResult, charges: readonly Charge[], plan: Budget
   return {
     status: 429,
     decision: 'throttled',
+    code: spec.kind === 'repeat' ? 'budget.repeat' : 'budget.exceeded',
     reason,
     message: 'Rate limit exceeded',
     // Only the caller's own wait and which bucket refused: never another caller's counts.

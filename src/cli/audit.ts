@@ -60,6 +60,10 @@ export function registerAuditCommand(program: Command): void {
     .option('--tool <glob>', 'tools (the target: tool, prompt or resource URI) matching this glob')
     .option('--decision <list>', `one or more of ${DECISIONS.join(', ')}, comma-separated`)
     .option(
+      '--reason-code <list>',
+      'entries with one of these reason codes, comma-separated (policy.denied, budget.exceeded…: docs/gateway.md, "Reason codes"); an ordinary allow has none',
+    )
+    .option(
       '--since <time>',
       'entries at or after: 90s, 30m, 1h, 7d back from now; today or yesterday (from 00:00 UTC); or an ISO 8601 time (2026-12-01T09:30:00Z; a date alone is 00:00 UTC)',
     )

@@ -58,6 +58,13 @@ export async function serve(configPath: string): Promise<RunningGateway> {
   }
   process.on('SIGTERM', () => onStopSignal('SIGTERM'))
   process.on('SIGINT', () => onStopSignal('SIGINT'))
+  handleProcessFailures(
+    process,
+    log,
+    () => serving,
+    config,
+    (code) => process.exit(code),
+  )
   let gateway: RunningGateway
   try {
     gateway = await startGateway(config, { log, processMetrics: true })
@@ -89,6 +96,65 @@ export async function serve(configPath: string): Promise<RunningGateway> {
   if (stopPending !== null) stop(gateway, stopPending)
   else if (reloadPending) reload(configPath, gateway, log)
   return gateway
+}
+
+/** What handleProcessFailures listens on: the process, or a stand-in in tests. */
+export interface ProcessEvents {
+  on(event: 'unhandledRejection', listener: (reason: unknown) => void): unknown
+  on(event: 'uncaughtException', listener: (err: Error) => void): unknown
+}
+
+/**
+ * The last line of defence, for a throw no request path caught (every request answers and audits its
+ * own failures: Gateway.handle). docs/operations.md, "When the gateway fails", says why each is handled so:
+ *
+ * - an unhandled rejection is a promise nobody waited for (a background refresh, a refund): nothing
+ *   ran half-way on the stack, so it is logged at error and the gateway keeps serving;
+ * - an uncaught exception unwound synchronous code at an unknown point (a timer, an event handler):
+ *   what it was changing may be half changed, so the gateway stops as on SIGTERM (the requests in
+ *   flight finish within shutdown_grace_seconds and are audited, the audit trail is flushed) and the
+ *   process exits 1, for the supervisor to restart it. Bounded: past shutdown_delay_seconds +
+ *   shutdown_grace_seconds + 35 s (the audit flush's own bound is 30 s) it exits regardless.
+ */
+export function handleProcessFailures(
+  events: ProcessEvents,
+  log: Logger,
+  gateway: () => RunningGateway | null,
+  config: Pick<Config, 'shutdownDelaySeconds' | 'shutdownGraceSeconds'>,
+  exit: (code: number) => void,
+): void {
+  events.on('unhandledRejection', (reason) => {
+    log.error('unhandled promise rejection: the gateway keeps serving', {
+      code: 'WL_INTERNAL',
+      error: describeError(reason),
+      stack: (reason as Error | null)?.stack,
+    })
+  })
+  let stopping = false
+  events.on('uncaughtException', (err) => {
+    const running = gateway()
+    const message = stopping
+      ? 'uncaught exception while stopping after another: the shutdown goes on'
+      : running === null
+        ? 'uncaught exception while starting: exiting 1'
+        : 'uncaught exception: stopping the gateway (requests in flight finish and are audited, the audit trail is flushed), then exiting 1'
+    log.error(message, { code: 'WL_INTERNAL', error: describeError(err), stack: err?.stack })
+    if (stopping) return // already on its way out
+    if (running === null) return exit(1) // still starting: nothing served, nothing to flush
+    stopping = true
+    const boundMs = (config.shutdownDelaySeconds + config.shutdownGraceSeconds + 35) * 1000
+    setTimeout(() => {
+      log.error('shutdown after an uncaught exception took too long: exiting now; entries still queued are lost')
+      exit(1)
+    }, boundMs).unref()
+    running.shutdown().then(
+      () => exit(1),
+      (failure: unknown) => {
+        log.error('shutdown failed', { error: describeError(failure) })
+        exit(1)
+      },
+    )
+  })
 }
 
 /**

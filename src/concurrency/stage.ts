@@ -69,6 +69,7 @@ export function concurrencyStages(
   const refusal: Refusal = {
     status: 429,
     decision: 'throttled',
+    code: 'concurrency.limit',
     reason: `concurrency limit: ${limiter.maxPerKey} requests in flight for this identity (max_concurrent_per_identity)`,
     message: 'Too many requests in flight',
     // A slot frees as soon as one of the caller's own requests ends: 1 s is the smallest honest wait.

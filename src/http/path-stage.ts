@@ -7,6 +7,7 @@ const FORWARDED_METHODS = new Set(['GET', 'POST', 'DELETE', 'HEAD', 'OPTIONS'])
 const METHOD_NOT_ALLOWED: Refusal = {
   status: 405,
   decision: 'error',
+  code: 'http.method',
   reason: 'HTTP method not forwarded',
   message: 'Method not allowed',
   headers: { allow: [...FORWARDED_METHODS].join(', ') },
@@ -15,6 +16,7 @@ const METHOD_NOT_ALLOWED: Refusal = {
 const BAD_TARGET: Refusal = {
   status: 400,
   decision: 'error',
+  code: 'http.path',
   reason: 'request target is not an origin-form path (absolute-form, authority-form or *)',
   message: 'Bad request target',
   rpcCode: INVALID_REQUEST,
@@ -23,6 +25,7 @@ const BAD_TARGET: Refusal = {
 const DOT_SEGMENT: Refusal = {
   status: 400,
   decision: 'error',
+  code: 'http.path',
   reason: 'request path has a dot segment (. or ..), which could climb out of the upstream base path',
   message: 'Bad request target',
   rpcCode: INVALID_REQUEST,
@@ -31,6 +34,7 @@ const DOT_SEGMENT: Refusal = {
 const SEPARATOR_LOOKALIKE: Refusal = {
   status: 400,
   decision: 'error',
+  code: 'http.path',
   reason:
     'request target has a backslash in its path or a fragment (#): URL parsers read them as a separator or the end of the path, so /..\\admin or /..#x could climb out of the upstream base path',
   message: 'Bad request target',

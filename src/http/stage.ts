@@ -65,7 +65,7 @@ export function httpStage(config: HttpConfig): Stage {
           !isSameOrigin(lower, ex.req.headers.host, hosts !== null, (ex.req.socket as { encrypted?: boolean }).encrypted === true) &&
           !(loopbackOrigins && LOOPBACK_ORIGIN.test(lower))
         ) {
-          return forbidden('origin', origin, 'allowed_origins', 'Forbidden: origin not allowed')
+          return forbidden('http.origin', 'origin', origin, 'allowed_origins', 'Forbidden: origin not allowed')
         }
         // Echoed as sent: a browser compares Access-Control-Allow-Origin to its Origin byte for byte.
         ex.corsOrigin = origin
@@ -107,8 +107,8 @@ function isSameOrigin(origin: string, host: string | undefined, hostsChecked: bo
   return origin.endsWith(lowerHost) && (hostsChecked || LOOPBACK_HOST.test(lowerHost))
 }
 
-function forbidden(what: string, value: string, key: string, message: string): Refusal {
-  return { status: 403, decision: 'error', reason: `${what} ${shorten(value)} not in ${key}`, message }
+function forbidden(code: 'http.host' | 'http.origin', what: string, value: string, key: string, message: string): Refusal {
+  return { status: 403, decision: 'error', code, reason: `${what} ${shorten(value)} not in ${key}`, message }
 }
 
 /** A caller's header value for an audit reason, cut short. */
@@ -119,6 +119,7 @@ function shorten(value: string): string {
 const NO_HOST: Refusal = {
   status: 403,
   decision: 'error',
+  code: 'http.host',
   reason: 'no host header (allowed_hosts is set)',
   message: 'Forbidden: host not allowed',
 }
@@ -127,6 +128,7 @@ const NO_HOST: Refusal = {
 const TWO_HOSTS: Refusal = {
   status: 400,
   decision: 'error',
+  code: 'http.host',
   reason: 'more than one host header',
   message: 'Bad request: more than one Host header',
 }
@@ -135,6 +137,7 @@ const TWO_HOSTS: Refusal = {
 const TWO_SESSIONS: Refusal = {
   status: 400,
   decision: 'error',
+  code: 'http.header',
   reason: 'more than one mcp-session-id header',
   message: 'Bad request: more than one Mcp-Session-Id header',
 }
@@ -164,7 +167,7 @@ function hostMatcher(allowedHosts: readonly string[]): HostMatcher | null {
       // A port-less entry accepts any port, but only a port: `example.com:abc` or `example.com:` would
       // reach the upstream as an X-Forwarded-Host no URL can be built from.
       if ((port === null || PORT.test(port)) && anyPort.has(name)) return null
-      return forbidden('host', host, 'allowed_hosts', 'Forbidden: host not allowed')
+      return forbidden('http.host', 'host', host, 'allowed_hosts', 'Forbidden: host not allowed')
     },
   }
 }
@@ -187,6 +190,7 @@ const PREFLIGHT_REASON = 'CORS preflight answered by the gateway'
 const PREFLIGHT: Refusal = {
   status: 204,
   decision: 'passthrough',
+  code: 'http.preflight',
   reason: PREFLIGHT_REASON,
   message: '',
   headers: PREFLIGHT_HEADERS,

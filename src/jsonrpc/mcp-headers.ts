@@ -103,6 +103,7 @@ function mismatch(header: string, reason: string, missing = false): Refusal {
   return {
     status: 400,
     decision: 'error',
+    code: 'mcp.header_mismatch',
     rpcCode: HEADER_MISMATCH,
     message: missing ? `Header mismatch: ${header} header is missing` : `Header mismatch: ${header} header does not match the body`,
     reason: `header mismatch: ${reason}`,

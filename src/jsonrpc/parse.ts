@@ -214,12 +214,34 @@ function completionCall(body: Buffer, message: ScannedMessage, id: JsonRpcId | u
 
 /** A call no stage judges by its target (`method` '' for a response from the client). */
 function ungatedCall(id: JsonRpcId | undefined, method: string): RpcCall {
-  return { id, method, target: '', gated: false, policyMethod: '', reason: '', argumentsStart: -1, argumentsEnd: -1 }
+  return {
+    id,
+    method,
+    target: '',
+    gated: false,
+    policyMethod: '',
+    reason: '',
+    reasonCode: null,
+    noteKinds: 0,
+    argumentsStart: -1,
+    argumentsEnd: -1,
+  }
 }
 
 function gatedCall(id: JsonRpcId | undefined, method: string, policyMethod: string, target: string, args?: Member): RpcCall | string {
   if (hasControlCharacters(target)) return `${method} target contains control characters`
-  return { id, method, target, gated: true, policyMethod, reason: '', argumentsStart: args?.start ?? -1, argumentsEnd: args?.end ?? -1 }
+  return {
+    id,
+    method,
+    target,
+    gated: true,
+    policyMethod,
+    reason: '',
+    reasonCode: null,
+    noteKinds: 0,
+    argumentsStart: args?.start ?? -1,
+    argumentsEnd: args?.end ?? -1,
+  }
 }
 
 /** The id to echo when a single message was refused, if it could be read. */

@@ -35,6 +35,7 @@ function tooLarge(maxBodyBytes: number): Refusal {
   return {
     status: 413,
     decision: 'error',
+    code: 'body.too_large',
     reason: `request body larger than max_body_bytes (${maxBodyBytes})`,
     message: 'Request body too large',
     data: { max_body_bytes: maxBodyBytes },
@@ -75,22 +76,36 @@ function unreadable(ex: Exchange, err: Error): Refusal {
   const errored: NodeJS.ErrnoException | null = ex.req.socket.errored
   const code = errored?.code
   if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-    return { status: 408, decision: 'error', reason: 'request not received within request_timeout_seconds', message: 'Request timeout' }
+    return {
+      status: 408,
+      decision: 'error',
+      code: 'body.timeout',
+      reason: 'request not received within request_timeout_seconds',
+      message: 'Request timeout',
+    }
   }
   // A connection that ends mid-body fails Node's parser with HPE_INVALID_EOF_STATE: a client that left.
   if (code?.startsWith('HPE_') && code !== 'HPE_INVALID_EOF_STATE') {
     return {
       status: 400,
       decision: 'error',
+      code: 'body.unreadable',
       reason: `request body not valid HTTP/1.1 framing (${code}): answered 400 by Node, connection closed`,
       message: 'Bad request',
     }
   }
   if (ex.req.destroyed) {
     ex.aborted = true
-    return { status: 499, decision: 'error', reason: BODY_CUT_OFF, message: 'Client closed request' }
+    return { status: 499, decision: 'error', code: 'client.closed', reason: BODY_CUT_OFF, message: 'Client closed request' }
   }
-  return { status: 400, decision: 'error', reason: err.message, message: 'Request body could not be read', rpcCode: PARSE_ERROR }
+  return {
+    status: 400,
+    decision: 'error',
+    code: 'body.unreadable',
+    reason: err.message,
+    message: 'Request body could not be read',
+    rpcCode: PARSE_ERROR,
+  }
 }
 
 /**
@@ -125,6 +140,7 @@ export function jsonRpcStage(limits: JsonRpcLimits): Stage {
         return {
           status: 415,
           decision: 'error',
+          code: 'body.encoding',
           reason: `content-encoding ${encoding} is not supported`,
           message: 'Compressed request bodies are not supported',
         }
@@ -136,6 +152,7 @@ export function jsonRpcStage(limits: JsonRpcLimits): Stage {
         return {
           status: 415,
           decision: 'error',
+          code: 'body.encoding',
           reason: `content-type charset ${charset} is not supported`,
           message: 'Request bodies must be UTF-8',
         }
@@ -156,6 +173,7 @@ function record(ex: Exchange, parsed: ParseResult): Verdict {
     return {
       status: 400,
       decision: 'error',
+      code: 'jsonrpc.invalid',
       reason: parsed.reason,
       rpcCode: parsed.code,
       message: parsed.code === PARSE_ERROR ? 'Parse error' : 'Invalid Request',

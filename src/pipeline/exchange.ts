@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { ReasonCode } from './reason'
 import type { Refusal, Stage } from './stage'
 import { type StateKey, initialState } from './state'
 
@@ -52,8 +53,15 @@ export interface RpcCall {
    * it completes, mcp/methods.ts COMPLETION_REFS); '' when the call is not gated.
    */
   readonly policyMethod: string
-  /** Why this element was refused, when a stage singled it out (policy rule index). */
+  /**
+   * Why this element was refused, when a stage singled it out (policy rule index), then what the
+   * answer phase noted on it (what its list hid); written only through pipeline/reason.ts.
+   */
   reason: string
+  /** Set when a stage singled this element out (`policy.denied`); null otherwise. */
+  reasonCode: ReasonCode | null
+  /** The NOTE kinds of pipeline/reason.ts noted on this element. */
+  noteKinds: number
   /** tools/call: where params.arguments lies in the body, bytes [argumentsStart, argumentsEnd); -1 when absent. */
   readonly argumentsStart: number
   readonly argumentsEnd: number
@@ -73,8 +81,15 @@ export class Exchange {
   batch = false
   /** Set by a refusal or a failure; null while the request is on its way to the upstream. */
   decision: Decision | null = null
-  /** For operators (audit); never sent to the caller. An ordinary allow keeps it empty. */
+  /**
+   * For operators (audit); never sent to the caller. An ordinary allow keeps it empty. Written only
+   * through pipeline/reason.ts (setCause, addNote), so no note is lost to a later one.
+   */
   reason = ''
+  /** The audit `reason_code`: why the request got its decision (pipeline/reason.ts); null for an ordinary allow. */
+  reasonCode: ReasonCode | null = null
+  /** The NOTE kinds of pipeline/reason.ts added to `reason`. */
+  noteKinds = 0
   status = 0
   /**
    * Set by the policy stage when policy denies this request. The refusal itself is answered after the

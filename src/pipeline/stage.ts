@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { WardlineError } from '../errors'
 import type { Decision, Exchange, JsonRpcId } from './exchange'
+import type { ReasonCode } from './reason'
 
 export const CONTINUE = Symbol('continue')
 
@@ -15,6 +16,8 @@ export interface Refusal {
   readonly decision: Decision
   /** For operators, in the audit entry; never sent to the caller. */
   readonly reason: string
+  /** The audit entry's `reason_code` (pipeline/reason.ts): what code may branch on, where `reason` is only read. */
+  readonly code: ReasonCode
   /** JSON-RPC error code when it is not the status (-32700, -32600 for bodies that are not JSON-RPC). */
   readonly rpcCode?: number
   /** Short, generic, safe to show the caller. */
@@ -149,8 +152,21 @@ async function runRest(stages: readonly Stage[], ex: Exchange, i: number, pendin
   return runStages(stages, ex, i + 1)
 }
 
-/** The finish phase: every stage whose `run` was called, last first. */
+/**
+ * The finish phase: every stage whose `run` was called, last first. A finish that throws (it must
+ * not) still lets every other stage release what it took; the first throw is rethrown after them.
+ */
 export function finishStages(stages: readonly Stage[], ex: Exchange): void {
-  for (let i = ex.stagesRun - 1; i >= 0; i--) stages[i].finish?.(ex)
+  let failed = false
+  let failure: unknown
+  for (let i = ex.stagesRun - 1; i >= 0; i--) {
+    try {
+      stages[i].finish?.(ex)
+    } catch (err) {
+      if (!failed) failure = err
+      failed = true
+    }
+  }
+  if (failed) throw failure
   ex.stagesRun = 0
 }

@@ -1,6 +1,7 @@
 import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE, isJsonSpace } from '../json/json-bytes'
 import { resourceTemplateProblem, resourceUriProblem } from '../mcp/resource-uri'
 import { type Exchange, type JsonRpcId, type RpcCall, hasControlCharacters } from '../pipeline/exchange'
+import { NOTE, addNote, hasNote } from '../pipeline/reason'
 import { CONTINUE, INVALID_REQUEST, type Refusal, type Stage } from '../pipeline/stage'
 import { stateKey } from '../pipeline/state'
 import type { CompiledPolicy } from './compile'
@@ -88,6 +89,7 @@ const LEGACY_PER_ID = 8
 const REUSED_ID: Refusal = {
   status: 409,
   decision: 'error',
+  code: 'jsonrpc.id_reused',
   rpcCode: INVALID_REQUEST,
   reason: 'request id reuses the id of a list or completion call still in flight in this session',
   message: 'Request id already in use in this session',
@@ -191,14 +193,14 @@ export function listFilterStage(state: ListFilterState): Stage {
         policy.effectOf(policy.match(principal?.identity ?? '', principal?.tenant ?? '', kind.judgedAs, target)) === 'allow' &&
         usable(kind, target)
       const lists = filterListMessage(message, judge)
-      for (const c of lists.counts) noteHidden(ex, LIST_NOTE, c.kind.method, c.kind.key, c)
+      for (const c of lists.counts) noteHidden(ex, NOTE.listFiltered, c.kind.method, c.kind.key, c)
       if (!mayHoldCompletion(lists.text)) return lists.text
       const identity = principal?.identity ?? ''
       const tenant = principal?.tenant ?? ''
       const completions = filterCompletionMessage(lists.text, requestsOf(state, ex), (parts) =>
         policy.allowsEvery(identity, tenant, 'resources/read', parts),
       )
-      for (const c of completions.counts) noteHidden(ex, COMPLETION_NOTE, 'completion/complete', 'values', c)
+      for (const c of completions.counts) noteHidden(ex, NOTE.completionFiltered, 'completion/complete', 'values', c)
       return completions.text
     },
   }
@@ -374,14 +376,22 @@ function cutEntries(text: string, batch: boolean, removals: Array<[number, ListK
 }
 
 /**
- * Notes on the audit entry how many entries of one answer were hidden (docs/policy.md): `note` names
+ * Notes on the audit entry how many entries of one answer were hidden (docs/policy.md): `kind` names
  * the filter, `what` the entries (`tools`, `values`).
  */
-function noteHidden(ex: Exchange, note: string, method: string, what: string, count: { id: unknown; hidden: number; total: number }): void {
-  const call = ex.calls.find((c) => c.id === count.id && c.method === method && !c.reason.includes(note))
+function noteHidden(
+  ex: Exchange,
+  kind: FilterNote,
+  method: string,
+  what: string,
+  count: { id: unknown; hidden: number; total: number },
+): void {
+  // The first call this answer can be for whose own answer is not yet counted (a batch may hold two
+  // calls with one id): asked by the note's kind, never by searching the text.
+  const call = ex.calls.find((c) => c.id === count.id && c.method === method && !hasNote(c, kind))
+  const note = NOTE_TEXT[kind]
   if (call !== undefined) {
-    const text = `${note}${count.hidden} of ${count.total} ${what} hidden`
-    call.reason = call.reason ? `${call.reason}; ${text}` : text
+    addNote(call, kind, `${note}${count.hidden} of ${count.total} ${what} hidden`)
     return
   }
   // A stream (or an answer no call of this request asked for): one running total per kind, noted
@@ -389,8 +399,8 @@ function noteHidden(ex: Exchange, note: string, method: string, what: string, co
   let totals = ex.get(STREAM_TOTALS)
   if (totals === null) ex.set(STREAM_TOTALS, (totals = new Map<string, StreamTotal>()))
   const key = `${note}${what}`
-  const sum = totals.get(key) ?? { note, what, hidden: 0, total: 0, answers: 0 }
-  totals.set(key, { note, what, hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
+  const sum = totals.get(key) ?? { kind, what, hidden: 0, total: 0, answers: 0 }
+  totals.set(key, { kind, what, hidden: sum.hidden + count.hidden, total: sum.total + count.total, answers: sum.answers + 1 })
 }
 
 /** The finish phase: what a stream's answers hid, in its reason (`… 8 of 10 tools hidden in 2 answers`). */
@@ -398,13 +408,12 @@ function noteStreamTotals(ex: Exchange): void {
   const totals = ex.get(STREAM_TOTALS)
   if (totals === null) return
   ex.set(STREAM_TOTALS, null)
-  for (const note of [LIST_NOTE, COMPLETION_NOTE]) {
+  for (const kind of [NOTE.listFiltered, NOTE.completionFiltered] as const) {
     const notes = [...totals.values()]
-      .filter((t) => t.note === note)
+      .filter((t) => t.kind === kind)
       .map((t) => `${t.hidden} of ${t.total} ${t.what} hidden in ${t.answers} answer${t.answers === 1 ? '' : 's'}`)
     if (notes.length === 0) continue
-    const text = `${note}${notes.join(', ')}`
-    ex.reason = ex.reason ? `${ex.reason}; ${text}` : text
+    addNote(ex, kind, `${NOTE_TEXT[kind]}${notes.join(', ')}`)
   }
 }
 
@@ -421,10 +430,14 @@ function release(counts: Map<string, number>, key: string): void {
   else counts.set(key, left)
 }
 
-const LIST_NOTE = 'list filtered by policy: '
-const COMPLETION_NOTE = 'completion filtered by policy: '
+type FilterNote = typeof NOTE.listFiltered | typeof NOTE.completionFiltered
+/** How each kind of note this filter makes begins in the audit reason. */
+const NOTE_TEXT: Readonly<Record<FilterNote, string>> = {
+  [NOTE.listFiltered]: 'list filtered by policy: ',
+  [NOTE.completionFiltered]: 'completion filtered by policy: ',
+}
 interface StreamTotal {
-  readonly note: string
+  readonly kind: FilterNote
   readonly what: string
   readonly hidden: number
   readonly total: number

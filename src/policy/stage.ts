@@ -1,5 +1,6 @@
 import { quotedName } from '../escape'
 import type { Exchange } from '../pipeline/exchange'
+import { setCause } from '../pipeline/reason'
 import { CONTINUE, type Refusal, type Stage } from '../pipeline/stage'
 import type { CompiledPolicy } from './compile'
 
@@ -7,7 +8,7 @@ import type { CompiledPolicy } from './compile'
 const MESSAGE = 'Forbidden by policy'
 
 function forbidden(reason: string): Refusal {
-  return { status: 403, decision: 'deny', reason, message: MESSAGE }
+  return { status: 403, decision: 'deny', code: 'policy.denied', reason, message: MESSAGE }
 }
 
 /**
@@ -41,7 +42,7 @@ export function policyStage(policy: CompiledPolicy): Stage {
         const index = policy.match(identity, tenant, call.policyMethod, call.target)
         if (policy.effectOf(index) === 'allow') continue
         const denial = index < 0 ? byDefault : byRule[index]
-        call.reason = denial.reason
+        setCause(call, 'policy.denied', denial.reason)
         if (firstDenied < 0) {
           firstDenied = i
           refusal = denial

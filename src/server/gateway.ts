@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { AuditEntry } from '../audit/entry'
 import type { AuditTrail } from '../audit/trail'
 import type { ToolRefusals } from '../config/types'
 import { WardlineError, describeError } from '../errors'
-import { BODY_CUT_OFF } from '../jsonrpc/read-body'
 import { refusalResultMessage, resultFormat, writeResult } from '../jsonrpc/refusal-result'
 import { writeLocalBody, writeRpcError } from '../pipeline/reply'
 import type { Logger } from '../log'
@@ -11,8 +11,9 @@ import { setCorsHeaders } from '../pipeline/cors'
 import { LinkedList } from '../linked-list'
 import { Exchange } from '../pipeline/exchange'
 import { AnswerPlan } from '../pipeline/answer'
+import { NOTE, addNote, failureCode, setCause } from '../pipeline/reason'
 import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
-import { CLIENT_CLOSED, type Upstream } from '../upstream/forward'
+import { CUT_AT_SHUTDOWN, type Upstream } from '../upstream/forward'
 import type { LegacyStreams } from '../upstream/legacy-streams'
 import { DEFAULT_LINGER, type LingerBounds, lingerOnBody } from './linger'
 
@@ -81,6 +82,11 @@ export class Gateway {
     this.chain = chainOf(stages, toolRefusals)
   }
 
+  /**
+   * Never rejects: a throw anywhere (a stage, the relay, a finish hook, a metric, building the audit
+   * entry) answers this request 500 when nothing was sent yet, else ends its response, and the request
+   * still gets exactly one audit entry (`reason_code` `internal`); every other request goes on.
+   */
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
     const chain = this.chain
@@ -95,34 +101,77 @@ export class Gateway {
         await this.upstream.forward(ex)
       }
     } catch (err) {
-      this.replyWithError(ex, err)
+      this.failed(ex, err)
     } finally {
-      if (ex.cutAtShutdown && ex.aborted) ex.reason = cutReason(ex.reason)
-      this.running.remove(ex)
-      // Every path (refused, failed, client gone, stream closed) ends here, once: the stages release
-      // what they took, then the request is audited.
+      this.settle(ex, chain)
+    }
+  }
+
+  /**
+   * Every path (refused, failed, client gone, stream closed) ends here, once: the stages release what
+   * they took, then the request is audited. A throw in either still leaves one audit entry, marked
+   * `internal`, and every stage's finish is called (pipeline/stage.ts finishStages).
+   */
+  private settle(ex: Exchange, chain: Chain): void {
+    // Cut at shutdown after something else ended it (a stream that broke): that cause keeps its code,
+    // and the reason adds who closed the connection. A cut the relay saw as the cause has its own code.
+    if (ex.cutAtShutdown && ex.aborted && ex.reasonCode !== 'shutdown.cut') addNote(ex, NOTE.shutdownCut, CUT_AT_SHUTDOWN)
+    this.running.remove(ex)
+    try {
       finishStages(chain.stages, ex)
-      this.audit.record(ex)
+    } catch (err) {
+      this.failed(ex, err)
+    }
+    let entries: AuditEntry[]
+    try {
+      entries = this.audit.entriesOf(ex)
+    } catch (err) {
+      this.failed(ex, err)
+      entries = this.audit.entriesAfterFailure(ex)
+    }
+    try {
+      this.audit.write(ex, entries)
+    } catch (err) {
+      this.log.error('audit entry not written', { request_id: ex.requestId, error: describeError(err) })
+    }
+  }
+
+  /**
+   * A failure: answered with its status while nothing was sent, else the response is ended where it
+   * stands (a truncated body must not pass for a whole one). Never throws: this is the path of last resort.
+   */
+  private failed(ex: Exchange, err: unknown): void {
+    try {
+      this.replyWithError(ex, err)
+    } catch (again) {
+      this.log.error('could not answer a request that failed', { request_id: ex.requestId, error: describeError(again) })
+      ex.res.destroy()
     }
   }
 
   private replyWithError(ex: Exchange, err: unknown): void {
     const known = err instanceof WardlineError
-    const status = known ? err.status : 500
+    const sent = ex.res.headersSent
+    // Once the head is out the status stays what the client got; a failure before it answers 500 (or its own).
+    const status = sent ? ex.status : known ? err.status : 500
     ex.decision = 'error'
     ex.status = status
     // The code leads the reason once; describeError(err) would repeat it after the message.
     const cause = err instanceof Error && err.cause !== undefined ? `: ${describeError(err.cause)}` : ''
     const failure = known ? `${err.code}: ${err.message}${cause}` : `WL_INTERNAL: ${describeError(err)}`
     // What the request's reason already says stays after it (a budget check that failed open, a refund).
-    ex.reason = ex.reason === '' ? failure : `${failure}; ${ex.reason}`
+    setCause(ex, known ? failureCode(err.code) : 'internal', failure, true)
     if (!known)
       this.log.error('unexpected error while handling a request', {
         request_id: ex.requestId,
         error: describeError(err),
         stack: (err as Error)?.stack,
       })
-    if (!ex.res.headersSent) setLocalAnswerHeaders(ex)
+    if (sent) {
+      if (!ex.res.writableEnded) ex.res.destroy()
+      return
+    }
+    setLocalAnswerHeaders(ex)
     let headers: Record<string, string> | undefined = status === 503 ? { 'retry-after': '1' } : undefined
     // Failed before the body was all read (a stage that threw): the same staged close as a refusal.
     if (!ex.req.complete && !ex.res.headersSent) {
@@ -131,18 +180,6 @@ export class Gateway {
     }
     writeRpcError(ex.res, status, ex.replyId, status, MESSAGES[status] ?? 'Internal error', undefined, headers)
   }
-}
-
-const CUT_AT_SHUTDOWN = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
-
-/**
- * A request cut at shutdown keeps the reason it already had (a budget check that failed open must
- * still say so) and adds who closed it; the relay's "client closed the connection" (and the body
- * reader's) is replaced, as it was the gateway that closed it.
- */
-function cutReason(reason: string): string {
-  if (reason === '' || reason === CLIENT_CLOSED || reason === BODY_CUT_OFF) return CUT_AT_SHUTDOWN
-  return `${reason}; ${CUT_AT_SHUTDOWN}`
 }
 
 const MESSAGES: Record<number, string> = {
@@ -162,7 +199,10 @@ export function refuse(
   setLocalAnswerHeaders(ex)
   ex.decision = refusal.decision
   ex.status = refusal.status
-  ex.reason = refusal.reason
+  // A body read cut short because shutdown closed the connection: the gateway closed it, not the client.
+  if (ex.cutAtShutdown && refusal.code === 'client.closed') setCause(ex, 'shutdown.cut', CUT_AT_SHUTDOWN)
+  // The refusal's reason leads; a note made before it (a budget check that failed open) follows.
+  else setCause(ex, refusal.code, refusal.reason, true)
   const id = refusal.id !== undefined ? refusal.id : ex.replyId
   // Refused before its body was all read (a 401, a 413 on its declared length): close rather than let
   // Node drain a body of any size from a caller nobody has authenticated, but read the rest of it

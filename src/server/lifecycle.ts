@@ -111,7 +111,16 @@ export class Lifecycle {
     // Draining: answer what arrives on a kept-alive connection, but close the connection after it
     // (gateway.drain() does the same for proxied requests already in flight).
     if (this.draining) res.shouldKeepAlive = false
-    if (!this.parts.routes.handle(req, res)) void this.parts.gateway.handle(req, res)
+    if (!this.parts.routes.handle(req, res)) this.parts.gateway.handle(req, res).catch(this.onUnhandled)
+  }
+
+  /**
+   * Gateway.handle answers and audits every failure itself and never rejects; were it to, the failure
+   * is logged here rather than left as an unhandled rejection. One function for every request: the
+   * hot path creates no closure for it.
+   */
+  private readonly onUnhandled = (err: unknown): void => {
+    this.parts.log.error('a request failed outside the gateway', { error: describeError(err), stack: (err as Error)?.stack })
   }
 
   /**

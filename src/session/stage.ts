@@ -101,6 +101,7 @@ function unpin(bindings: SessionBindings, pinned: StateKey<string | null>, ex: E
 const NOT_YOURS: Refusal = {
   status: 404,
   decision: 'deny',
+  code: 'session.not_owner',
   reason: 'session created by another principal (Mcp-Session-Id or sessionId of a session this caller did not initialize)',
   message: 'Session not found',
 }

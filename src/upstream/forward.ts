@@ -7,6 +7,7 @@ import { LinkedList } from '../linked-list'
 import { pushCorsHeaders } from '../pipeline/cors'
 import { reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
+import { failureCode, setCause } from '../pipeline/reason'
 import type { UpstreamFailureListener } from './failures'
 import { ForwardedHeaders } from './forwarded'
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers'
@@ -257,7 +258,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     }
     this.ex.aborted = true
     this.ex.decision = 'error'
-    this.ex.reason = cutReason
+    // Leads the reason, as a failure answered before the head does; a note made earlier (a budget
+    // check that failed open) stays after it.
+    setCause(this.ex, failureCode(failure.code), cutReason, true)
     this.ex.res.destroy()
     this.finish()
   }
@@ -362,6 +365,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 /** The audit reason of a request whose client left before its answer ended. */
 export const CLIENT_CLOSED = 'client closed the connection'
 
+/** The audit reason of a request whose connection shutdown closed once shutdown_grace_seconds had passed. */
+export const CUT_AT_SHUTDOWN = 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)'
+
 /** Removes every `name` (lower-case) from a flat [name, value, …] header list. */
 function withoutHeader(headers: string[], name: string): void {
   for (let i = headers.length - 2; i >= 0; i -= 2) {
@@ -369,9 +375,16 @@ function withoutHeader(headers: string[], name: string): void {
   }
 }
 
+/**
+ * The connection closed before the answer ended: the client left, or shutdown closed it past its
+ * grace period (the gateway marked the request first, Gateway.cutRemaining), which is then the cause.
+ */
 function clientLeft(ex: Exchange): void {
   ex.aborted = true
-  if (!ex.reason) ex.reason = CLIENT_CLOSED
+  if (ex.reasonCode === null) {
+    if (ex.cutAtShutdown) setCause(ex, 'shutdown.cut', CUT_AT_SHUTDOWN)
+    else setCause(ex, 'client.closed', CLIENT_CLOSED)
+  }
   if (ex.status === 0) ex.status = 499 // nginx's "client closed request": nothing was answered
 }
 

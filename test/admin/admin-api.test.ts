@@ -403,6 +403,13 @@ describe('the audit trail', () => {
       ['admin/unknown', 'admin', 'error', 405],
       ['admin/revocations.create', 'admin', 'error', 400],
     ])
+    expect(entries.map((e) => e.reason_code ?? null)).toEqual([
+      null,
+      'auth.invalid_token',
+      'admin.invalid_request',
+      'http.method',
+      'admin.invalid_request',
+    ])
     expect(entries[0].tool).toBe('identity=erin tenant=acme')
     expect(entries[1].reason).toBe('the admin token is not valid')
     expect(entries[2].reason).toMatch(/^name the buckets to reset/)

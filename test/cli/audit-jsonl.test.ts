@@ -11,7 +11,7 @@ import { csvField, defaultFormat } from '../../src/audit/query-format'
 import { terminalSafe } from '../../src/terminal-table'
 import { buildFilter, parseTime } from '../../src/audit/query'
 import { jsonlSummary } from '../../src/audit/query-jsonl'
-import { auditEntry } from '../helpers/audit-entry'
+import { auditEntry, sampleTrail } from '../helpers/audit-entry'
 import { ROOT, cliMain, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 
@@ -20,24 +20,8 @@ const trail = join(dir, 'audit.jsonl')
 const now = Date.now()
 const ago = (minutes: number): string => new Date(now - minutes * 60_000).toISOString()
 
-/** The trail every test reads: 8 entries over the last three hours, oldest first, as the gateway appends them. */
-const ENTRIES: AuditEntry[] = [
-  auditEntry('r1', { timestamp: ago(180), identity: 'alice', tool: 'search' }),
-  auditEntry('r2', { timestamp: ago(90), identity: 'bob', tenant: 'globex', tool: 'search', decision: 'throttled', status: 429 }),
-  auditEntry('r3', {
-    timestamp: ago(50),
-    identity: 'alice',
-    tool: 'delete_repo',
-    decision: 'deny',
-    status: 403,
-    reason: 'rule 2: deny delete_*',
-  }),
-  auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
-  auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
-  auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
-  auditEntry('r7', { timestamp: ago(10), identity: 'alice', tool: 'search', decision: 'throttled', status: 429 }),
-  auditEntry('r8', { timestamp: ago(5), identity: '', tenant: '', method: 'POST', tool: '', decision: 'unauthorized', status: 401 }),
-]
+/** The trail every test reads (helpers/audit-entry.ts sampleTrail). */
+const ENTRIES: AuditEntry[] = sampleTrail(ago)
 writeFileSync(trail, toJsonLines(ENTRIES))
 const config = join(dir, 'wardline.yaml')
 writeFileSync(config, `upstream: http://127.0.0.1:3001\nauth: { mode: header }\naudit: { output: ${JSON.stringify(trail)} }\n`)
@@ -88,6 +72,15 @@ describe('filters', () => {
     expect(ids(audit('--tool', 'delete_*').stdout)).toEqual(['r3'])
     expect(ids(audit('--decision', 'throttled,deny').stdout)).toEqual(['r2', 'r3', 'r7'])
     expect(ids(audit('--decision', 'throttled', '--identity', 'alice').stdout)).toEqual(['r7'])
+  })
+
+  test('--reason-code selects entries by their code (a comma list); an ordinary allow has none', () => {
+    expect(ids(audit('--reason-code', 'policy.denied').stdout)).toEqual(['r3'])
+    expect(ids(audit('--reason-code', 'budget.exceeded, budget.repeat').stdout)).toEqual(['r2', 'r7'])
+    expect(ids(audit('--reason-code', 'budget.repeat', '--identity', 'bob').stdout)).toEqual([])
+    const bad = audit('--reason-code', 'budget.exceded')
+    expect(bad.code).toBe(1)
+    expect(bad.stderr).toMatch(/--reason-code budget\.exceded: "budget\.exceded" is not a reason code \(one or more of http\.host, /)
   })
 
   test('--since and --until take durations and ISO 8601 times: [since, until)', () => {
@@ -197,8 +190,8 @@ describe('formats', () => {
     )
     const r = runCli(['audit', '--file', odd, '--format', 'csv'])
     expect(r.stdout).toBe(
-      'timestamp,request_id,identity,tenant,method,tool,decision,status,latency_ms,reason,session_id\r\n' +
-        `${ago(1)},c1,"'=HYPERLINK(""http://x"")",acme,tools/call,"a,b",allow,200,1.5,"say ""hi""\nbye",\r\n`,
+      'timestamp,request_id,identity,tenant,method,tool,decision,status,latency_ms,reason,session_id,reason_code\r\n' +
+        `${ago(1)},c1,"'=HYPERLINK(""http://x"")",acme,tools/call,"a,b",allow,200,1.5,"say ""hi""\nbye",,\r\n`,
     )
     expect(['+1', '-1', '@a', '\tx'].map(csvField)).toEqual(["'+1", "'-1", "'@a", "'\tx"])
     expect(csvField(-1)).toBe('-1') // numbers are data, not formulas

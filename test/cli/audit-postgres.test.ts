@@ -12,7 +12,8 @@ import { buildFilter } from '../../src/audit/query'
 import { entriesQuery, likePattern, summaryQuery } from '../../src/audit/query-postgres'
 import { silentLogger } from '../../src/log'
 import { migrate } from '../../src/postgres/migrate'
-import { auditEntry } from '../helpers/audit-entry'
+import { MIGRATIONS } from '../../src/postgres/migrations'
+import { auditEntry, sampleTrail } from '../helpers/audit-entry'
 import { ROOT, cliMain, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 import { type TestDatabase, freshDatabase, testPool } from '../helpers/postgres'
@@ -21,22 +22,9 @@ const dir = tempDir('wardline-audit-pg-')
 const now = Date.now()
 const ago = (minutes: number): string => new Date(now - minutes * 60_000).toISOString()
 
+/** The JSONL tests' trail, with a session id on r1 and an identity that needs quoting in SQL (r9). */
 const ENTRIES: AuditEntry[] = [
-  auditEntry('r1', { timestamp: ago(180), identity: 'alice', tool: 'search', session_id: 's-1' }),
-  auditEntry('r2', { timestamp: ago(90), identity: 'bob', tenant: 'globex', tool: 'search', decision: 'throttled', status: 429 }),
-  auditEntry('r3', {
-    timestamp: ago(50),
-    identity: 'alice',
-    tool: 'delete_repo',
-    decision: 'deny',
-    status: 403,
-    reason: 'rule 2: deny delete_*',
-  }),
-  auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
-  auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
-  auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
-  auditEntry('r7', { timestamp: ago(10), identity: 'alice', tool: 'search', decision: 'throttled', status: 429 }),
-  auditEntry('r8', { timestamp: ago(5), identity: '', tenant: '', method: 'POST', tool: '', decision: 'unauthorized', status: 401 }),
+  ...sampleTrail(ago).map((e) => (e.request_id === 'r1' ? { ...e, session_id: 's-1' } : e)),
   auditEntry('r9', { timestamp: ago(4), identity: "o'brien\\", tool: '!x' }),
 ]
 
@@ -90,6 +78,9 @@ test('the table gives the same answers as the JSONL trail, byte for byte, for ev
     ['--summary'],
     ['--summary', '--by', 'tenant,tool', '--decision', 'allow,throttled', '--format', 'csv'],
     ['--format', 'csv', '--identity', 'alice'],
+    ['--reason-code', 'budget.exceeded,policy.denied'],
+    ['--reason-code', 'budget.repeat', '--format', 'csv'],
+    ['--reason-code', 'budget.repeat,budget.exceeded', '--summary'],
   ]
   for (const args of cases) {
     const fromTable = audit(...args)
@@ -99,6 +90,34 @@ test('the table gives the same answers as the JSONL trail, byte for byte, for ev
   }
   expect(ids(audit('--identity', 'a%b_c').stdout)).toEqual(['r5'])
   expect(ids(audit('--identity', "o'brien\\").stdout)).toEqual(['r9'])
+  expect(ids(audit('--reason-code', 'budget.exceeded,policy.denied').stdout)).toEqual(['r2', 'r3'])
+})
+
+test('a database at schema version 8 (before reason codes): entries read without one, --reason-code says what to do', async () => {
+  const old = await freshDatabase()
+  const oldPool = testPool(old.url, 1)
+  try {
+    await migrate(oldPool, silentLogger(), MIGRATIONS.slice(0, 8))
+    await oldPool.query(
+      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason)
+       VALUES ('o1', now(), 'alice', 'acme', 'tools/call', 'echo', 'deny', 403, 1.5, 'rule 0')`,
+    )
+    const file = join(dir, 'old.yaml')
+    writeFileSync(
+      file,
+      `upstream: http://127.0.0.1:3001\nauth: { mode: header }\nfeatures: { postgres_storage: true }\npostgres: { dsn: ${JSON.stringify(old.url)} }\naudit: { output: null }\n`,
+    )
+    const all = runCli(['audit', '--config', file])
+    expect(all.code).toBe(0)
+    expect(JSON.parse(all.stdout)).toMatchObject({ request_id: 'o1', decision: 'deny', reason: 'rule 0' })
+    expect(JSON.parse(all.stdout)).not.toHaveProperty('reason_code')
+    const filtered = runCli(['audit', '--config', file, '--reason-code', 'policy.denied'])
+    expect(filtered.code).toBe(1)
+    expect(filtered.stderr).toMatch(/--reason-code: the database schema is at version 8, and reason codes arrived with version 9/)
+  } finally {
+    await oldPool.end()
+    await old.drop()
+  }
 })
 
 test('filters are parameters: SQL in a filter is a name that matches nothing, and the table is still there', () => {
@@ -143,9 +162,10 @@ describe('a large table (200 000 rows)', () => {
   beforeAll(async () => {
     // ~1 KiB a row: the whole answer (~200 MiB of JSONL) is far more than the CLI may hold.
     await pool.query(
-      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason)
+      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason, reason_code)
        SELECT 'big-' || g, now() - interval '2 days' + g * interval '100 ms', 'user-' || (g % 1000), 'acme', 'tools/call',
-              'tool-' || (g % 50), CASE WHEN g % 10 = 0 THEN 'throttled' ELSE 'allow' END, 200, 1.25, repeat('x', 1000)
+              'tool-' || (g % 50), CASE WHEN g % 10 = 0 THEN 'throttled' ELSE 'allow' END, 200, 1.25, repeat('x', 1000),
+              CASE WHEN g % 10 = 0 THEN 'budget.exceeded' END
          FROM generate_series(1, $1) AS g`,
       [ROWS],
     )
@@ -165,6 +185,15 @@ describe('a large table (200 000 rows)', () => {
       .map((r) => r['QUERY PLAN'])
       .join('\n')
     expect(prefixPlan).not.toMatch(/Seq Scan/)
+  })
+
+  test('a reason code filter reads the partial index of migration 9 backwards, stopping at the limit', async () => {
+    const q = entriesQuery(buildFilter({ reasonCode: 'budget.exceeded' }, Date.now()), 100)
+    const plan = (await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${q.text}`, q.values as unknown[])).rows
+      .map((r) => r['QUERY PLAN'])
+      .join('\n')
+    expect(plan).toMatch(/Index Scan Backward using audit_entries_reason_code_time/)
+    expect(plan).not.toMatch(/Seq Scan/)
   })
 
   test('--limit 5 answers with the newest 5 rows', () => {

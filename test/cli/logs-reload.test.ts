@@ -13,7 +13,7 @@ import { configOrigin } from '../../src/config/origin'
 import { keysNeedingRestart } from '../../src/config/restart-keys'
 import type { Config } from '../../src/config/types'
 import { hour, hs } from '../auth/forge'
-import { ROOT, cliMain, killServed, startServe } from '../helpers/cli'
+import { ROOT, cliMain, killServed, logRecords, startServe } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
 
@@ -164,14 +164,6 @@ describe('diffConfigs', () => {
   })
 })
 
-/** The JSON records of a serve child's stderr. */
-function records(stderr: string): Array<Record<string, unknown>> {
-  return stderr
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>)
-}
-
 describe('SIGHUP through a real wardline serve', () => {
   afterEach(() => killServed())
 
@@ -193,7 +185,7 @@ describe('SIGHUP through a real wardline serve', () => {
     await waitFor(() => served.stderr().includes('configuration key changed') && served.stderr().includes('changed settings take effect'), {
       what: 'the reload to be logged',
     })
-    const logged = records(served.stderr())
+    const logged = logRecords(served.stderr())
     expect(logged.find((r) => String(r.message).startsWith('configuration reloaded'))).toMatchObject({
       level: 'info',
       restart_needed_for: ['auth', 'postgres'],
@@ -254,7 +246,7 @@ describe('SIGHUP through a real wardline serve', () => {
     writeFileSync(file, text.slice(0, text.indexOf('policy:')))
     served.child.kill('SIGHUP')
     await waitFor(() => served.stderr().includes('configuration reload rejected'), { what: 'the refusal to be logged' })
-    expect(records(served.stderr()).find((r) => String(r.message).startsWith('configuration reload'))).toMatchObject({
+    expect(logRecords(served.stderr()).find((r) => String(r.message).startsWith('configuration reload'))).toMatchObject({
       level: 'error',
       message: 'configuration reload rejected: the running configuration is unchanged',
       config: file,

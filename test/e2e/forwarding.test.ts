@@ -221,12 +221,12 @@ describe('the audit trail', () => {
     const [plain, full] = (await h.audit()).slice(before)
     const core = ['timestamp', 'request_id', 'identity', 'tenant', 'method', 'tool', 'decision', 'status', 'latency_ms']
     expect(Object.keys(plain)).toEqual(core)
-    expect(Object.keys(full)).toEqual([...core, 'reason', 'session_id'])
+    expect(Object.keys(full)).toEqual([...core, 'reason_code', 'reason', 'session_id'])
     expect(plain.timestamp).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
     expect(Math.abs(Date.parse(plain.timestamp) - Date.now())).toBeLessThan(60_000)
     expect(typeof plain.latency_ms).toBe('number')
     expect(plain.latency_ms).toBeGreaterThan(0)
-    expect(full).toMatchObject({ decision: 'error', status: 400, session_id: 's-7' })
+    expect(full).toMatchObject({ decision: 'error', status: 400, reason_code: 'jsonrpc.invalid', session_id: 's-7' })
   })
 
   test('the session id of a legacy SSE message post comes from its query string', async () => {

@@ -93,10 +93,11 @@ export function killServed(): void {
 
 /**
  * Starts `wardline serve --config <file>` (listen on port 0) and resolves once it logged its listening
- * address; rejects with its stderr if it exits first or has not listened within 20 s.
+ * address; rejects with its stderr if it exits first or has not listened within 20 s. `nodeArgs` go to
+ * node before the script (`--require` a module that injects a fault).
  */
-export async function startServe(configFile: string): Promise<Served> {
-  const child = spawn(process.execPath, [main(), 'serve', '--config', configFile], { cwd: ROOT, env: ENV })
+export async function startServe(configFile: string, nodeArgs: readonly string[] = []): Promise<Served> {
+  const child = spawn(process.execPath, [...nodeArgs, main(), 'serve', '--config', configFile], { cwd: ROOT, env: ENV })
   running.add(child)
   let out = ''
   let err = ''
@@ -137,6 +138,14 @@ export async function startServe(configFile: string): Promise<Served> {
       return exited
     },
   }
+}
+
+/** The JSON log records of a serve child's stderr (lines that are not JSON, such as Node's warnings, left out). */
+export function logRecords(stderr: string): Array<Record<string, unknown>> {
+  return stderr
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
 }
 
 /** The `listen` of the "wardline listening" log line (JSON, one per line), once a complete one arrived. */

@@ -229,7 +229,14 @@ describe('one call, one unit: the singular', () => {
 })
 
 describe('what can be answered as a result', () => {
-  const denial: Refusal = { status: 403, decision: 'deny', reason: 'rule 0', message: 'Forbidden by policy', agentText: 'Not allowed.' }
+  const denial: Refusal = {
+    status: 403,
+    decision: 'deny',
+    code: 'policy.denied',
+    reason: 'rule 0',
+    message: 'Forbidden by policy',
+    agentText: 'Not allowed.',
+  }
 
   test('only a single tools/call with an id, refused with a text for a model', () => {
     expect(refusalResultMessage(exchange(expensive), denial)).not.toBeNull()

@@ -224,8 +224,7 @@ describe('migration 8 on an existing schema', () => {
     expect((await migrate(oldPool, silentLogger(), MIGRATIONS.slice(0, 7))).version).toBe(7)
     await oldPool.query(`INSERT INTO wardline_revocations (tenant, identity, reason) VALUES ('acme', 'alice', 'kept'), ('acme', '*', NULL)`)
     const versionBefore = (await oldPool.query<{ v: string }>('SELECT version::text AS v FROM wardline_revocations_version')).rows[0].v
-    expect(await migrate(oldPool, silentLogger())).toEqual({ applied: [8], version: 8 })
-    expect(Math.max(...MIGRATIONS.map((m) => m.version))).toBe(8)
+    expect(await migrate(oldPool, silentLogger(), MIGRATIONS.slice(0, 8))).toEqual({ applied: [8], version: 8 })
     const kept = await oldPool.query('SELECT tenant, identity, reason FROM wardline_revocations ORDER BY identity COLLATE "C"')
     expect(kept.rows).toEqual([
       { tenant: 'acme', identity: '*', reason: null },

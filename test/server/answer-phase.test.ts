@@ -286,7 +286,9 @@ describe('the finish phase', () => {
     const refuser: Stage = {
       name: 'refuser',
       run: (ex) =>
-        ex.calls[0]?.method === 'tools/call' ? { status: 403, decision: 'deny', reason: 'no', message: 'Forbidden' } : CONTINUE,
+        ex.calls[0]?.method === 'tools/call'
+          ? { status: 403, decision: 'deny', code: 'policy.denied', reason: 'no', message: 'Forbidden' }
+          : CONTINUE,
       finish: () => undefined,
     }
     const r = await rig(

@@ -33,6 +33,7 @@ describe('shutdown with a stream still open', () => {
         identity: 'alice',
         decision: 'passthrough',
         status: 200,
+        reason_code: 'shutdown.cut',
         reason: 'connection closed by the gateway at shutdown (shutdown_grace_seconds passed)',
       })
     } finally {
@@ -153,6 +154,7 @@ describe('shutdown keeps what an entry already says', () => {
       expect(entries[0].reason).toBe(
         'budget check failed open: store down for this test; connection closed by the gateway at shutdown (shutdown_grace_seconds passed)',
       )
+      expect(entries[0].reason_code).toBe('shutdown.cut')
     } finally {
       await upstream.close()
     }

@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net'
 import { connect } from 'node:net'
 import type { UpstreamConfig } from '../../src/config/types'
 import { Exchange } from '../../src/pipeline/exchange'
+import { NOTE, addNote, hasNote } from '../../src/pipeline/reason'
 import { Upstream } from '../../src/upstream/forward'
 import { type RawUpstream, type SeenRequest, closedPort, gate, startRawUpstream } from '../e2e/raw-upstream'
 
@@ -353,7 +354,33 @@ describe('an upstream that fails', () => {
     expect(ex.aborted).toBe(true)
     expect(ex.decision).toBe('error')
     expect(ex.reason).toMatch(/^upstream response broke off/)
+    expect(ex.reasonCode).toBe('upstream.failed')
     expect(ex.status).toBe(200)
+  })
+
+  test('a stream that breaks off after its headers keeps a note made before it (a budget check that failed open)', async () => {
+    const die = gate()
+    const relay = await startRelay(
+      async (req, res) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: {"n":1}\n\n')
+        await die.wait
+        req.socket.destroy()
+      },
+      { prepare: (ex) => addNote(ex, NOTE.budgetFailOpen, 'budget check failed open: store down for this test') },
+    )
+    const res = await call(relay).response
+    expect(await firstChunk(res)).toBe('data: {"n":1}\n\n')
+    const ended = new Promise<void>((resolve) => res.on('close', () => resolve()))
+    res.resume()
+    die.open()
+    await ended
+    const { ex, settled } = await relay.next()
+    await settled
+    // The failure leads, its code is the failure's, and the earlier note is still there after it.
+    expect(ex.reason).toMatch(/^upstream response broke off: .*; budget check failed open: store down for this test$/)
+    expect(ex.reasonCode).toBe('upstream.failed')
+    expect(hasNote(ex, NOTE.budgetFailOpen)).toBe(true)
   })
 })
 
@@ -449,6 +476,7 @@ describe('the client', () => {
     expect(ex.aborted).toBe(true)
     expect(ex.status).toBe(499)
     expect(ex.reason).toBe('client closed the connection')
+    expect(ex.reasonCode).toBe('client.closed')
   })
 
   test('a client that leaves mid-stream aborts the upstream request; the status already sent stays', async () => {

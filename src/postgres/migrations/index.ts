@@ -6,6 +6,7 @@ import { auditQueries } from './005-audit-queries'
 import { revocations } from './006-revocations'
 import { handOverInAdmission } from './007-handover-in-admission'
 import { tokenRevocations } from './008-token-revocations'
+import { auditReasonCode } from './009-audit-reason-code'
 
 /** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
 export interface Migration {
@@ -24,4 +25,5 @@ export const MIGRATIONS: readonly Migration[] = [
   revocations,
   handOverInAdmission,
   tokenRevocations,
+  auditReasonCode,
 ]
