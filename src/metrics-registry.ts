@@ -1,4 +1,13 @@
-import { Registry, collectDefaultMetrics } from 'prom-client'
+import {
+  Counter,
+  type CounterConfiguration,
+  Gauge,
+  type GaugeConfiguration,
+  Histogram,
+  type HistogramConfiguration,
+  Registry,
+  collectDefaultMetrics,
+} from 'prom-client'
 
 /**
  * The one registry /metrics prints (never prom-client's global one), with the process's own figures
@@ -18,4 +27,34 @@ export function metricsRegistry(processMetrics = false): Registry {
  */
 export abstract class FeatureMetrics {
   constructor(readonly registry: Registry = metricsRegistry()) {}
+
+  /** A counter on this feature's registry; `more` takes prom-client's other settings (collect…). */
+  protected counter<L extends string = never>(
+    name: string,
+    help: string,
+    labelNames: readonly L[] = [],
+    more: Partial<CounterConfiguration<L>> = {},
+  ): Counter<L> {
+    return new Counter({ name, help, labelNames, registers: [this.registry], ...more })
+  }
+
+  /** A gauge on this feature's registry. */
+  protected gauge<L extends string = never>(
+    name: string,
+    help: string,
+    labelNames: readonly L[] = [],
+    more: Partial<GaugeConfiguration<L>> = {},
+  ): Gauge<L> {
+    return new Gauge({ name, help, labelNames, registers: [this.registry], ...more })
+  }
+
+  /** A histogram on this feature's registry. */
+  protected histogram<L extends string = never>(
+    name: string,
+    help: string,
+    labelNames: readonly L[] = [],
+    more: Partial<HistogramConfiguration<L>> = {},
+  ): Histogram<L> {
+    return new Histogram({ name, help, labelNames, registers: [this.registry], ...more })
+  }
 }

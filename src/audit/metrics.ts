@@ -1,5 +1,5 @@
 import { statSync } from 'node:fs'
-import { Counter, Gauge, type Metric, type Registry } from 'prom-client'
+import { Counter, type Metric, type Registry } from 'prom-client'
 import type { BudgetConfig, PolicyConfig } from '../config/types'
 import { FeatureMetrics } from '../metrics-registry'
 import { DECISIONS, type Decision } from '../pipeline/exchange'
@@ -31,50 +31,47 @@ export class AuditMetrics extends FeatureMetrics {
     'Time from request arrival to the end of the response, by decision (one observation per request)',
     DURATION_BUCKETS,
   )
-  readonly auditDropped = new Counter({
-    name: 'wardline_audit_dropped_total',
-    help: 'Audit entries that could not be written or queued, by sink',
-    labelNames: ['sink'] as const,
-    registers: [this.registry],
-    collect: (): Promise<void> => this.zeroBySink(this.auditDropped, false),
-  })
-  readonly auditSpilled = new Counter({
-    name: 'wardline_audit_spilled_total',
-    help: 'Audit entries written to the local spill file because their sink kept failing (replayed later), by sink',
-    labelNames: ['sink'] as const,
-    registers: [this.registry],
-    collect: (): Promise<void> => this.zeroBySink(this.auditSpilled, true),
-  })
-  readonly auditReplayed = new Counter({
-    name: 'wardline_audit_replayed_total',
-    help: 'Spilled audit entries written into their sink by a replay of the spill file, by sink',
-    labelNames: ['sink'] as const,
-    registers: [this.registry],
-    collect: (): Promise<void> => this.zeroBySink(this.auditReplayed, true),
-  })
-  readonly auditRejected = new Counter({
-    name: 'wardline_audit_rejected_total',
-    help: 'Spilled audit entries their sink refused for their data, moved to the quarantine file <spill_file>.rejected, by sink',
-    labelNames: ['sink'] as const,
-    registers: [this.registry],
-    collect: (): Promise<void> => this.zeroBySink(this.auditRejected, true),
-  })
-  readonly auditQueued = new Gauge({
-    name: 'wardline_audit_queue_entries',
-    help: 'Audit entries waiting to be written, by sink',
-    labelNames: ['sink'] as const,
-    registers: [this.registry],
-  })
-  readonly auditBackpressure = new Counter({
-    name: 'wardline_audit_backpressure_total',
-    help: 'Requests refused with 503 (WL_AUDIT_BACKPRESSURE) because an audit queue had no room to reserve their entries',
-    registers: [this.registry],
-  })
-  readonly auditRetentionDeleted = new Counter({
-    name: 'wardline_audit_retention_deleted_total',
-    help: 'audit_entries rows older than audit.retention_days deleted by this replica',
-    registers: [this.registry],
-  })
+  readonly auditDropped = this.counter(
+    'wardline_audit_dropped_total',
+    'Audit entries that could not be written or queued, by sink',
+    ['sink'],
+    {
+      collect: (): Promise<void> => this.zeroBySink(this.auditDropped, false),
+    },
+  )
+  readonly auditSpilled = this.counter(
+    'wardline_audit_spilled_total',
+    'Audit entries written to the local spill file because their sink kept failing (replayed later), by sink',
+    ['sink'],
+    {
+      collect: (): Promise<void> => this.zeroBySink(this.auditSpilled, true),
+    },
+  )
+  readonly auditReplayed = this.counter(
+    'wardline_audit_replayed_total',
+    'Spilled audit entries written into their sink by a replay of the spill file, by sink',
+    ['sink'],
+    {
+      collect: (): Promise<void> => this.zeroBySink(this.auditReplayed, true),
+    },
+  )
+  readonly auditRejected = this.counter(
+    'wardline_audit_rejected_total',
+    'Spilled audit entries their sink refused for their data, moved to the quarantine file <spill_file>.rejected, by sink',
+    ['sink'],
+    {
+      collect: (): Promise<void> => this.zeroBySink(this.auditRejected, true),
+    },
+  )
+  readonly auditQueued = this.gauge('wardline_audit_queue_entries', 'Audit entries waiting to be written, by sink', ['sink'])
+  readonly auditBackpressure = this.counter(
+    'wardline_audit_backpressure_total',
+    'Requests refused with 503 (WL_AUDIT_BACKPRESSURE) because an audit queue had no room to reserve their entries',
+  )
+  readonly auditRetentionDeleted = this.counter(
+    'wardline_audit_retention_deleted_total',
+    'audit_entries rows older than audit.retention_days deleted by this replica',
+  )
 
   /**
    * Refused, failed and unauthorized audit entries by tenant and by tool, counted where
@@ -106,27 +103,27 @@ export class AuditMetrics extends FeatureMetrics {
     'Time from handing a forwarded request to the MCP server until its answer ended (an SSE answer: its last event), by tool; one observation per gated call, whatever its outcome',
     DURATION_BUCKETS,
   )
-  readonly auditQueueLimit = new Gauge({
-    name: 'wardline_audit_queue_limit_entries',
-    help: 'audit.max_queue_entries: the queue length at which calls get 503 (WL_AUDIT_BACKPRESSURE), by sink',
-    labelNames: ['sink'] as const,
-    registers: [this.registry],
-  })
+  readonly auditQueueLimit = this.gauge(
+    'wardline_audit_queue_limit_entries',
+    'audit.max_queue_entries: the queue length at which calls get 503 (WL_AUDIT_BACKPRESSURE), by sink',
+    ['sink'],
+  )
   /** Spill files per sink (the file and its .replaying copy), measured at scrape time. */
   private readonly spillFiles = new Map<string, readonly string[]>()
 
   constructor(...args: ConstructorParameters<typeof FeatureMetrics>) {
     super(...args)
     const spillFiles = this.spillFiles
-    new Gauge({
-      name: 'wardline_audit_spill_bytes',
-      help: 'Bytes of audit entries waiting in the spill file (and its .replaying copy) for their sink, by sink; 0 once replayed',
-      labelNames: ['sink'] as const,
-      registers: [this.registry],
-      collect() {
-        for (const [sink, paths] of spillFiles) this.labels(sink).set(fileBytes(paths))
+    this.gauge(
+      'wardline_audit_spill_bytes',
+      'Bytes of audit entries waiting in the spill file (and its .replaying copy) for their sink, by sink; 0 once replayed',
+      ['sink'],
+      {
+        collect() {
+          for (const [sink, paths] of spillFiles) this.labels(sink).set(fileBytes(paths))
+        },
       },
-    })
+    )
   }
 
   /**

@@ -1,4 +1,3 @@
-import { Gauge } from 'prom-client'
 import { FeatureMetrics } from '../metrics-registry'
 
 /** The gateway's own metric: what /readyz would answer, evaluated when /metrics is scraped. */
@@ -9,15 +8,17 @@ export class ServerMetrics extends FeatureMetrics {
   constructor(...args: ConstructorParameters<typeof FeatureMetrics>) {
     super(...args)
     const readiness = (): Promise<boolean> | null => this.readiness?.() ?? null
-    new Gauge({
-      name: 'wardline_ready',
-      help: 'What /readyz would answer now: 1 ready (200), 0 not ready or shutting down (503). Evaluated through the same shared checks as /readyz, never an extra database ping',
-      registers: [this.registry],
-      async collect() {
-        const ready = readiness()
-        this.set(ready === null ? 0 : (await ready) ? 1 : 0)
+    this.gauge(
+      'wardline_ready',
+      'What /readyz would answer now: 1 ready (200), 0 not ready or shutting down (503). Evaluated through the same shared checks as /readyz, never an extra database ping',
+      [],
+      {
+        async collect() {
+          const ready = readiness()
+          this.set(ready === null ? 0 : (await ready) ? 1 : 0)
+        },
       },
-    })
+    )
   }
 
   /** Where wardline_ready comes from (server/routes.ts: the shared /readyz checks). */

@@ -1,4 +1,4 @@
-import { Counter, Gauge } from 'prom-client'
+import { type Counter } from 'prom-client'
 import { FeatureMetrics } from '../metrics-registry'
 import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './failures'
 import type { ProbeResult } from './probe'
@@ -10,12 +10,11 @@ export class UpstreamMetrics extends FeatureMetrics {
 
   constructor(...args: ConstructorParameters<typeof FeatureMetrics>) {
     super(...args)
-    const upstreamErrors = new Counter({
-      name: 'wardline_upstream_errors_total',
-      help: 'Forwarded requests the MCP server failed, by kind: unreachable (no connection; 502), timeout (no response headers within upstream.timeout_seconds; 504), reset (the connection closed or reset before the answer ended), bad_response (an answer that could not be parsed or relayed), other',
-      labelNames: ['kind'] as const,
-      registers: [this.registry],
-    })
+    const upstreamErrors = this.counter(
+      'wardline_upstream_errors_total',
+      'Forwarded requests the MCP server failed, by kind: unreachable (no connection; 502), timeout (no response headers within upstream.timeout_seconds; 504), reset (the connection closed or reset before the answer ended), bad_response (an answer that could not be parsed or relayed), other',
+      ['kind'],
+    )
     // labels() alone creates no series: a kind would first print at its first failure, and increase()
     // and rate() read that first sample as the start, so a one-off burst would never show (alerts.yml).
     for (const kind of UPSTREAM_ERROR_KINDS) upstreamErrors.inc({ kind }, 0)
@@ -37,21 +36,18 @@ export class UpstreamMetrics extends FeatureMetrics {
    * wardline_upstream_up == 0 cannot fire on a gateway that does not probe.
    */
   upstreamProbeListener(): (result: ProbeResult) => void {
-    const up = new Gauge({
-      name: 'wardline_upstream_up',
-      help: "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
-      registers: [this.registry],
-    })
-    const duration = new Gauge({
-      name: 'wardline_upstream_probe_duration_seconds',
-      help: "How long the upstream's last health probe took, to the answer's head or the failure",
-      registers: [this.registry],
-    })
-    const lastUp = new Gauge({
-      name: 'wardline_upstream_last_up_timestamp_seconds',
-      help: 'Unix time of the last health probe that found the upstream up (0: none since start)',
-      registers: [this.registry],
-    })
+    const up = this.gauge(
+      'wardline_upstream_up',
+      "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
+    )
+    const duration = this.gauge(
+      'wardline_upstream_probe_duration_seconds',
+      "How long the upstream's last health probe took, to the answer's head or the failure",
+    )
+    const lastUp = this.gauge(
+      'wardline_upstream_last_up_timestamp_seconds',
+      'Unix time of the last health probe that found the upstream up (0: none since start)',
+    )
     return (result) => {
       up.set(result.up ? 1 : 0)
       duration.set(result.durationSeconds)
