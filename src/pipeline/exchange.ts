@@ -93,7 +93,7 @@ export class Exchange {
   status = 0
   /**
    * Set by the policy stage when policy denies this request. The refusal itself is answered after the
-   * budget stage (architecture.md, Principles: budget before policy), which charges a denied call to the caller only.
+   * budget stage (principles.md, What a call costs), which charges a denied call to the caller only.
    */
   denial: Refusal | null = null
   /** Headers a stage wants on the forwarded response (RateLimit fields on an admitted call). */

@@ -13,7 +13,7 @@
  * Only the module that declares a key reads or writes its value: what other stages or the audit
  * entry need is a plain field of the Exchange instead. Keys are numbered in declaration order and
  * the values of one request are one small array, allocated on its first `set`, so every Exchange
- * keeps one shape however many stages keep state (architecture.md, Principles: the hot path).
+ * keeps one shape however many stages keep state (principles.md: the hot path does its work at load time).
  */
 class StateKey<T> {
   /** Ties the key to its type both ways, so a key of one type is never accepted where another's is. */

@@ -136,7 +136,7 @@ export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteS
     shared.auditReservation,
     ...(route.toolRefusals === 'result' ? [own.legacyReader] : []),
     // Policy judges first, so the budget stage knows a denied call (it charges only the caller's own
-    // bucket), and its verdict is answered after the budget: a call over budget gets 429 (architecture.md, Principles).
+    // bucket), and its verdict is answered after the budget: a call over budget gets 429 (principles.md, What a call costs).
     ...policy,
     ...budget,
     ...(policy.length === 0 ? [] : [policyVerdictStage]),

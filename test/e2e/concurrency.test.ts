@@ -174,7 +174,7 @@ function initialize(identity: string, signal?: AbortSignal, clientName = 't'): P
   return fetch(`${h.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, ...as(identity) }, body, signal })
 }
 
-test('a lone initialize is not refused at the cap (architecture.md, Principles: a 4xx there pushes clients onto the legacy transport)', async () => {
+test('a lone initialize is not refused at the cap (principles.md: a 4xx there pushes clients onto the legacy transport)', async () => {
   const { controller, done } = await hang(3)
   expect((await initialize('alice')).status).toBe(200)
   expect((await ping('alice')).status).toBe(429)
