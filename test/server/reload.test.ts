@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path'
 import yaml from 'js-yaml'
 import { reload } from '../../src/cli/serve'
 import { loadConfig } from '../../src/config/load'
+import { configOrigin, setConfigOrigin } from '../../src/config/origin'
 import { enforcementLost } from '../../src/config/reload-guard'
 import { silentLogger } from '../../src/log'
 import { capturingLogger } from '../budget/budget-harness'
@@ -203,12 +204,16 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
       policy: { default: 'deny' },
     }
     const from = (tree: Record<string, unknown>) => configFrom(tree, {}, dir)
-    const lost = (next: Record<string, unknown>) => enforcementLost(from(base), from(next)).map((p) => p.split(':')[0])
+    // The keys lost, as a set: each problem names its key and stands alone, whatever the order.
+    const lost = (next: Record<string, unknown>) =>
+      enforcementLost(from(base), from(next))
+        .map((p) => p.split(':')[0])
+        .sort()
     const without = (...keys: string[]) => Object.fromEntries(Object.entries(base).filter(([k]) => !keys.includes(k)))
     expect(lost(base)).toEqual([])
-    expect(lost(without('budget', 'policy'))).toEqual(['policy', 'budget'])
+    expect(lost(without('budget', 'policy'))).toEqual(['budget', 'policy'])
     expect(lost({ ...base, budget: null })).toEqual(['budget'])
-    expect(lost(without('features', 'budget', 'policy'))).toEqual(['policy', 'budget', 'features.budget_enforcement'])
+    expect(lost(without('features', 'budget', 'policy'))).toEqual(['budget', 'features.budget_enforcement', 'policy'])
     expect(lost({ ...base, features: {} })).toEqual(['features.budget_enforcement'])
     expect(lost(without('allowed_hosts'))).toEqual(['allowed_hosts'])
     expect(lost({ ...without('policy'), policy_file: 'policy.yaml' })).toEqual([])
@@ -219,5 +224,45 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
     expect(enforcementLost(from(without('budget', 'policy')), from(without('budget', 'policy', 'allowed_hosts')))).toHaveLength(1)
     // A key the running file never set, or set to what its absence means, is not guarded.
     expect(enforcementLost(from({ ...base, allowed_hosts: [] }), from(without('allowed_hosts')))).toEqual([])
+  })
+
+  test('each lost key says how to remove it on purpose: the keys and the writing the schema marks', () => {
+    const dir = tempDir()
+    const base = {
+      listen: '127.0.0.1:0',
+      upstream: 'http://127.0.0.1:1',
+      auth: { mode: 'header' },
+      audit: { output: 'stdout' },
+      allowed_hosts: ['localhost:8080'],
+      features: { budget_enforcement: true, postgres_storage: true },
+      postgres: { dsn: 'postgres://wardline@127.0.0.1:5432/wardline' },
+      budget: { requests_per_window: 5, window_seconds: 60 },
+      policy: { default: 'deny' },
+    }
+    // A valid file cannot leave auth out (jwt mode needs a key source): it is blanked in the YAML tree itself.
+    const next = configFrom({ listen: base.listen, upstream: base.upstream, audit: base.audit, auth: { mode: 'header' } }, {}, dir)
+    const tree = { ...(configOrigin(next)!.tree as Record<string, unknown>), auth: null }
+    setConfigOrigin(next, { ...configOrigin(next)!, tree })
+    const problems = enforcementLost(configFrom(base, {}, dir), next)
+    const removeWith = (key: string): string | undefined =>
+      problems
+        .find((p) => p.startsWith(`${key}: set in the running configuration, missing or blank in the file`))
+        ?.match(/To remove it on purpose, write (.*); or restart to apply the file as it is$/)?.[1]
+    expect(
+      Object.fromEntries(
+        ['policy', 'budget', 'auth', 'features.budget_enforcement', 'features.postgres_storage', 'allowed_hosts'].map((k) => [
+          k,
+          removeWith(k),
+        ]),
+      ),
+    ).toEqual({
+      policy: 'policy: {default: allow, rules: []}',
+      budget: 'budget: {}',
+      auth: 'an auth block (a gateway always authenticates)',
+      'features.budget_enforcement': 'features: {budget_enforcement: false}',
+      'features.postgres_storage': 'features: {postgres_storage: false}',
+      allowed_hosts: 'allowed_hosts: []',
+    })
+    expect(problems).toHaveLength(6)
   })
 })
