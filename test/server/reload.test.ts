@@ -126,6 +126,18 @@ describe('shutdown_delay_seconds', () => {
 /** Budget enforced, with room for every call these tests make (a denied call charges its identity bucket). */
 const ROOMY = { features: { budget_enforcement: true }, budget: { requests_per_window: 100, window_seconds: 3600 } }
 
+/** A file that sets every guarded key but the Postgres flag: a header-mode gateway with a policy, a budget and allowed hosts. */
+const GUARDED_BASE = {
+  listen: '127.0.0.1:0',
+  upstream: 'http://127.0.0.1:1',
+  auth: { mode: 'header' },
+  audit: { output: 'stdout' },
+  allowed_hosts: ['localhost:8080'],
+  features: { budget_enforcement: true },
+  budget: { requests_per_window: 5, window_seconds: 60 },
+  policy: { default: 'deny' },
+}
+
 describe('a reload never drops an enforcement block it was not told to drop', () => {
   /** The file as an operator writes it, enforcement blocks last; `cut` ends it just before `policy:`. */
   function files(h: Harness) {
@@ -193,16 +205,7 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
   test('budget, auth, allowed_hosts and feature flags are guarded the same way; a policy moving to a policy_file is not a loss', () => {
     const dir = tempDir()
     writeFileSync(join(dir, 'policy.yaml'), yaml.dump({ default: 'deny' }))
-    const base = {
-      listen: '127.0.0.1:0',
-      upstream: 'http://127.0.0.1:1',
-      auth: { mode: 'header' },
-      audit: { output: 'stdout' },
-      allowed_hosts: ['localhost:8080'],
-      features: { budget_enforcement: true },
-      budget: { requests_per_window: 5, window_seconds: 60 },
-      policy: { default: 'deny' },
-    }
+    const base = GUARDED_BASE
     const from = (tree: Record<string, unknown>) => configFrom(tree, {}, dir)
     // The keys lost, as a set: each problem names its key and stands alone, whatever the order.
     const lost = (next: Record<string, unknown>) =>
@@ -229,15 +232,9 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
   test('each lost key says how to remove it on purpose: the keys and the writing the schema marks', () => {
     const dir = tempDir()
     const base = {
-      listen: '127.0.0.1:0',
-      upstream: 'http://127.0.0.1:1',
-      auth: { mode: 'header' },
-      audit: { output: 'stdout' },
-      allowed_hosts: ['localhost:8080'],
+      ...GUARDED_BASE,
       features: { budget_enforcement: true, postgres_storage: true },
       postgres: { dsn: 'postgres://wardline@127.0.0.1:5432/wardline' },
-      budget: { requests_per_window: 5, window_seconds: 60 },
-      policy: { default: 'deny' },
     }
     // A valid file cannot leave auth out (jwt mode needs a key source): it is blanked in the YAML tree itself.
     const next = configFrom({ listen: base.listen, upstream: base.upstream, audit: base.audit, auth: { mode: 'header' } }, {}, dir)
