@@ -5,7 +5,8 @@ import { AUTH, JWT } from './spec'
 
 const HMAC_ALGORITHMS = ['HS256', 'HS384', 'HS512']
 const ASYMMETRIC_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA']
-const KEY_SOURCES = ['secret', 'jwks_url', 'jwks_file', 'public_key_file'] as const
+/** The keys that each give the verification key: a JWT block names exactly one (a cross-field rule, so code). */
+const KEY_SOURCES = ['secret', 'jwks_url', 'jwks_file', 'public_key_file'] as const satisfies ReadonlyArray<keyof typeof JWT.properties>
 
 /**
  * HS secrets shorter than the hash output make brute force practical (RFC 7518 §3.2). 32 bytes is

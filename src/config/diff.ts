@@ -1,6 +1,8 @@
+import type { TSchema } from '@sinclair/typebox'
 import { maskUrlSecrets } from '../log'
 import { configOrigin } from './origin'
 import { join } from './reader'
+import { CONFIG_SPEC, POLICY, childOf, metaOf } from './spec'
 import type { PolicyConfig } from './types'
 
 /** One YAML key whose value differs between two loads of the file, ready to log. */
@@ -44,10 +46,10 @@ export function diffConfigs(
   const before = configOrigin(previous)?.tree
   const after = configOrigin(next)?.tree
   const found: RawChange[] = []
-  if (before !== undefined && after !== undefined) diffTrees(before, after, '', found)
+  if (before !== undefined && after !== undefined) diffTrees(before, after, '', CONFIG_SPEC, found)
   const fromFile = (p: PolicyConfig | null): boolean => p !== null && p.source !== 'inline'
   if (fromFile(previous.policy) && fromFile(next.policy)) {
-    diffTrees(policyTree(previous.policy!), policyTree(next.policy!), 'policy_file:', found)
+    diffTrees(policyTree(previous.policy!), policyTree(next.policy!), 'policy_file:', POLICY, found)
   }
   const changes = found.slice(0, limit).map((c) => present(c, restartKeys))
   const notListed = found.length - changes.length
@@ -59,6 +61,8 @@ export function diffConfigs(
 
 interface RawChange {
   readonly key: string
+  /** The key's node in the declarative schema (spec.ts), which says whether its value is a secret. */
+  readonly node: TSchema | undefined
   readonly change: 'added' | 'removed' | 'changed'
   readonly from: unknown
   readonly to: unknown
@@ -66,25 +70,32 @@ interface RawChange {
 
 const ABSENT = Symbol('absent')
 
-/** Appends every leaf that differs; a key present on one side only is one change holding its whole value. */
-export function diffTrees(a: unknown, b: unknown, path: string, out: RawChange[]): void {
+/**
+ * Appends every leaf that differs; a key present on one side only is one change holding its whole
+ * value. `node` is the schema node of the value at `path`, carried down beside it.
+ */
+function diffTrees(a: unknown, b: unknown, path: string, node: TSchema | undefined, out: RawChange[]): void {
   if (isMapping(a) && isMapping(b)) {
     const keys = [...Object.keys(a), ...Object.keys(b).filter((k) => !Object.hasOwn(a, k))]
     for (const key of keys) {
       const child = path === '' || path.endsWith(':') ? `${path}${key}` : `${path}.${key}`
-      diffTrees(Object.hasOwn(a, key) ? a[key] : ABSENT, Object.hasOwn(b, key) ? b[key] : ABSENT, child, out)
+      diffTrees(Object.hasOwn(a, key) ? a[key] : ABSENT, Object.hasOwn(b, key) ? b[key] : ABSENT, child, under(node, key), out)
     }
     return
   }
   if (Array.isArray(a) && Array.isArray(b)) {
     for (let i = 0; i < Math.max(a.length, b.length); i++)
-      diffTrees(i < a.length ? a[i] : ABSENT, i < b.length ? b[i] : ABSENT, join(path, i), out)
+      diffTrees(i < a.length ? a[i] : ABSENT, i < b.length ? b[i] : ABSENT, join(path, i), under(node, i), out)
     return
   }
   if (a === ABSENT && b === ABSENT) return
-  if (a === ABSENT) out.push({ key: path, change: 'added', from: undefined, to: b })
-  else if (b === ABSENT) out.push({ key: path, change: 'removed', from: a, to: undefined })
-  else if (JSON.stringify(a) !== JSON.stringify(b)) out.push({ key: path, change: 'changed', from: a, to: b })
+  if (a === ABSENT) out.push({ key: path, node, change: 'added', from: undefined, to: b })
+  else if (b === ABSENT) out.push({ key: path, node, change: 'removed', from: a, to: undefined })
+  else if (JSON.stringify(a) !== JSON.stringify(b)) out.push({ key: path, node, change: 'changed', from: a, to: b })
+}
+
+function under(node: TSchema | undefined, key: string | number): TSchema | undefined {
+  return node === undefined ? undefined : childOf(node, key)
 }
 
 function isMapping(value: unknown): value is Record<string, unknown> {
@@ -109,8 +120,8 @@ function policyTree(policy: PolicyConfig): Record<string, unknown> {
 function present(raw: RawChange, restartKeys: readonly string[]): ConfigChange {
   const top = /^[^.[:]*/.exec(raw.key)?.[0] ?? raw.key
   const masking = { masked: false }
-  let from = raw.change === 'added' ? undefined : shown(raw.from, raw.key, masking)
-  let to = raw.change === 'removed' ? undefined : shown(raw.to, raw.key, masking)
+  let from = raw.change === 'added' ? undefined : shown(raw.from, raw.node, masking)
+  let to = raw.change === 'removed' ? undefined : shown(raw.to, raw.node, masking)
   // A DSN whose password alone changed reads the same on both sides once masked: say it changed, show neither.
   if (raw.change === 'changed' && masking.masked && JSON.stringify(from) === JSON.stringify(to)) from = to = '***'
   return {
@@ -123,19 +134,20 @@ function present(raw: RawChange, restartKeys: readonly string[]): ConfigChange {
   }
 }
 
-/** A value safe and short enough to log: secrets masked (by key name, and URL passwords anywhere), long values cut. */
-function shown(value: unknown, key: string, masking: { masked: boolean }): unknown {
-  const safe = masked(value, key, masking)
+/** A value safe and short enough to log: secrets masked (keys the schema marks secret, and URL passwords anywhere), long values cut. */
+function shown(value: unknown, node: TSchema | undefined, masking: { masked: boolean }): unknown {
+  const safe = masked(value, node, masking)
   const json = JSON.stringify(safe) ?? 'null'
   if (json.length <= MAX_VALUE_CHARS) return safe
   return `${json.slice(0, MAX_VALUE_CHARS)}… (${json.length - MAX_VALUE_CHARS} more characters)`
 }
 
-function masked(value: unknown, key: string, masking: { masked: boolean }): unknown {
-  if (isSecretKey(key)) {
+function masked(value: unknown, node: TSchema | undefined, masking: { masked: boolean }): unknown {
+  const secret = node === undefined ? undefined : metaOf(node).secret
+  if (secret !== undefined) {
     masking.masked = true
     // A DSN keeps its host and database, which tell the operator which database it now points at.
-    if (typeof value === 'string' && /dsn$/i.test(lastName(key)) && URL.canParse(value)) return maskUrlPassword(value, true)
+    if (secret === 'url' && typeof value === 'string' && URL.canParse(value)) return maskUrlPassword(value, true)
     return '***'
   }
   if (typeof value === 'string') {
@@ -143,8 +155,8 @@ function masked(value: unknown, key: string, masking: { masked: boolean }): unkn
     if (out !== value) masking.masked = true
     return out
   }
-  if (Array.isArray(value)) return value.map((item, i) => masked(item, join(key, i), masking))
-  if (isMapping(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, masked(v, join(key, k), masking)]))
+  if (Array.isArray(value)) return value.map((item, i) => masked(item, under(node, i), masking))
+  if (isMapping(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, masked(v, under(node, k), masking)]))
   return value
 }
 
@@ -156,36 +168,22 @@ function maskUrlPassword(text: string, dsn: boolean): string {
   return q < 0 ? replaced : `${replaced.slice(0, q)}?***`
 }
 
-function lastName(path: string): string {
-  const names = path.split(/[.:]/).map((part) => part.replace(/\[\d+\]/g, ''))
-  return names[names.length - 1] ?? ''
-}
-
-/**
- * A key that holds a secret, by its name: auth.jwt.secret, admin.token, postgres.dsn, and any key
- * named (or ending in `_`) secret, token, password, dsn or key material. Names chosen by the operator
- * (a tool called get_token) are masked too: hiding a tool's budget is cheaper than showing a secret.
- */
-export function isSecretKey(path: string): boolean {
-  return /(^|_)(secret|token|password|passwd|dsn|api_key|private_key)$/i.test(lastName(path))
-}
-
 /** Every secret value in a loaded config's tree (and the password inside each DSN), for the logger to mask wherever it appears. */
 export function configSecrets(config: object): string[] {
   const tree = configOrigin(config)?.tree
   const out: string[] = []
-  const walk = (value: unknown, path: string): void => {
+  const walk = (value: unknown, node: TSchema | undefined): void => {
     if (typeof value === 'string') {
-      if (!isSecretKey(path)) return
+      if (node === undefined || metaOf(node).secret === undefined) return
       out.push(value)
       if (URL.canParse(value)) {
         const password = new URL(value).password
         if (password !== '') out.push(password, safeDecode(password))
       }
-    } else if (Array.isArray(value)) value.forEach((item, i) => walk(item, join(path, i)))
-    else if (isMapping(value)) for (const [k, v] of Object.entries(value)) walk(v, join(path, k))
+    } else if (Array.isArray(value)) value.forEach((item, i) => walk(item, under(node, i)))
+    else if (isMapping(value)) for (const [k, v] of Object.entries(value)) walk(v, under(node, k))
   }
-  walk(tree, '')
+  walk(tree, CONFIG_SPEC)
   return out
 }
 

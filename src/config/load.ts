@@ -48,7 +48,11 @@ export function parseConfig(text: string, options: LoadOptions = {}): Config {
   })
 }
 
-/** What loadConfigBlocks can read alone, by top-level key: each with the same reader the whole file uses. */
+/**
+ * What loadConfigBlocks can read alone, by top-level key: each with the same reader the whole file
+ * uses. Which blocks these are is the commands' choice, not a key's property, so it is not a mark in
+ * spec.ts; the keys are checked against it (a key the schema lacks does not compile).
+ */
 const BLOCK_READERS = {
   auth: (r: Reader, node: unknown, resolvePath: (p: string) => string): AuthConfig => readAuth(r, node, resolvePath),
   log_format: (r: Reader, node: unknown): LogFormat => readLogFormat(r, node),
@@ -59,6 +63,8 @@ const BLOCK_READERS = {
   // `wardline revoke` and `wardline budget`: where the admin API listens and its token (read alone, the
   // block cannot compare admin.listen with listen; serve and check-config do).
   admin: (r: Reader, node: unknown, resolvePath: (p: string) => string): AdminConfig | null => readAdmin(r, node, null, resolvePath),
+} satisfies {
+  readonly [K in keyof typeof CONFIG_SPEC.properties]?: (r: Reader, node: unknown, resolvePath: (p: string) => string) => unknown
 }
 export type ConfigBlocks = { readonly [K in keyof typeof BLOCK_READERS]: ReturnType<(typeof BLOCK_READERS)[K]> }
 

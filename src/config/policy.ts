@@ -4,7 +4,7 @@ import type { PolicyConfig, PolicyRule } from './types'
 import { isUnterminated } from './origin'
 import { Reader, join, parseYaml, readText } from './reader'
 import { readBlock, readKey, readLeaf } from './read-node'
-import { POLICY, keyNode } from './spec'
+import { POLICY, keyNode, keysOf, metaOf } from './spec'
 
 const RULE = (POLICY.properties.rules as unknown as { items: TSchema }).items
 
@@ -118,12 +118,10 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
     return { identity: '', tenant: null, method: DEFAULT_METHOD, target: '', effect: 'deny' }
   }
   const o = readBlock(r, RULE, node, path)
-  const required = (key: string): void => {
-    if (o[key] === undefined || o[key] === null) r.note(join(path, key), 'is required')
+  // The keys the schema marks required (identity, tool, effect), in its order.
+  for (const key of keysOf(RULE)) {
+    if (metaOf(keyNode(RULE, key)).required && (o[key] === undefined || o[key] === null)) r.note(join(path, key), 'is required')
   }
-  required('identity')
-  required('tool')
-  required('effect')
   const methodPath = join(path, 'method')
   const method = readLeaf(r, keyNode(RULE, 'method'), o.method, methodPath) as string
   if (!GATED_METHODS.includes(method) && !METHOD_FAMILIES.includes(method)) {

@@ -1,5 +1,7 @@
 import { configOrigin } from './origin'
 import { policyText } from './policy'
+import { schemaKeys } from './schema'
+import { CONFIG_SPEC, keyNode, metaOf } from './spec'
 import type { PolicyConfig } from './types'
 
 /**
@@ -13,21 +15,26 @@ interface GuardedKey {
 }
 
 /**
- * Every key whose disappearance turns enforcement off or loosens it. A file read while it is being
- * written (`cat new > wardline.yaml`, an editor that truncates then writes) is valid YAML cut after
- * any line: the keys after the cut are absent, and the key on the last whole line may be blank
- * (`policy:` with nothing after it reads as null). A cut can never write a value, so a key written
- * out (`policy: {default: allow, rules: []}`, `budget: {}`, `budget_enforcement: false`, `allowed_hosts: []`)
- * is the operator's own.
+ * Every key whose disappearance turns enforcement off or loosens it: the keys the declarative schema
+ * (spec.ts) marks `guard`, in its order, which is the order of the docs' key table. A file read
+ * while it is being written (`cat new > wardline.yaml`, an editor that truncates then writes) is
+ * valid YAML cut after any line: the keys after the cut are absent, and the key on the last whole
+ * line may be blank (`policy:` with nothing after it reads as null). A cut can never write a value,
+ * so a key written out (`policy: {default: allow, rules: []}`, `budget: {}`, `budget_enforcement:
+ * false`, `allowed_hosts: []`) is the operator's own.
  */
-const GUARDED: readonly GuardedKey[] = [
-  { paths: [['policy'], ['policy_file']], removeWith: 'policy: {default: allow, rules: []}' },
-  { paths: [['budget']], removeWith: 'budget: {}' },
-  { paths: [['auth']], removeWith: 'an auth block (a gateway always authenticates)' },
-  { paths: [['features', 'budget_enforcement']], removeWith: 'features: {budget_enforcement: false}' },
-  { paths: [['features', 'postgres_storage']], removeWith: 'features: {postgres_storage: false}' },
-  { paths: [['allowed_hosts']], removeWith: 'allowed_hosts: []' },
-]
+const GUARDED: readonly GuardedKey[] = schemaKeys().flatMap(({ pattern, node }) => {
+  const guard = metaOf(node).guard
+  if (guard === undefined) return []
+  // A key inside a list or a mapping of names has no one place to compare.
+  if (/[*[]/.test(pattern)) throw new Error(`${pattern}: only a key at a fixed path can be guarded`)
+  const path = pattern.split('.')
+  const siblings = (guard.or ?? []).map((key) => [...path.slice(0, -1), key])
+  return [{ paths: [path, ...siblings], removeWith: guard.removeWith }]
+})
+
+/** How to remove the policy on purpose, for a config without a tree to compare. */
+const POLICY_REMOVE_WITH = metaOf(keyNode(CONFIG_SPEC, 'policy')).guard!.removeWith
 
 /**
  * The problems that make a reload refuse `next`, each with how to do it on purpose:
@@ -49,7 +56,7 @@ export function enforcementLost(
   const after = origin?.tree
   if (origin?.unterminated) out.push(unterminated(origin.file ?? 'the configuration text'))
   if (before === undefined || after === undefined) {
-    if (previous.policy !== null && next.policy === null) out.push(problem('policy', GUARDED[0].removeWith))
+    if (previous.policy !== null && next.policy === null) out.push(problem('policy', POLICY_REMOVE_WITH))
     return out
   }
   for (const key of GUARDED) {

@@ -6,7 +6,8 @@ import type { Config } from './types'
  * description, whether it may be left blank, and whether a reload can apply it. Everything else is
  * made from it: the readers take their allowed keys and leaf checks from it (config/read-node.ts),
  * `wardline schema` prints it as JSON Schema (config/schema.ts), reloads find the keys that need a
- * restart in it (config/restart-keys.ts), and docs/configuration.md shows its key table
+ * restart (config/restart-keys.ts) and the keys they may not lose (config/reload-guard.ts) in it, the
+ * logs mask the keys it marks secret (config/diff.ts), and docs/configuration.md shows its key table
  * (config/key-table.ts). Cross-field rules (one JWT key source, postgres.dsn with postgres_storage)
  * and formats (URLs, host:port) stay code in the readers.
  *
@@ -30,6 +31,20 @@ export interface KeyMeta {
    * running and the new one (a changed value needs a restart). Absent: a reload applies the key.
    */
   readonly restart?: (config: Config) => unknown
+  /**
+   * A reload may not lose this key (config/reload-guard.ts): losing it turns enforcement off or
+   * loosens it, so a file that leaves it out or blank while the running file set it is refused, as a
+   * file cut short by a write in progress. `removeWith` is how an operator removes it on purpose (a
+   * cut can never write it); `or` names sibling keys that stand in for it (the policy in a policy_file).
+   * Only on keys at a fixed path (not inside a list or a mapping of names).
+   */
+  readonly guard?: { readonly removeWith: string; readonly or?: readonly string[] }
+  /**
+   * The value is a secret and never reaches a log line (config/diff.ts): `true` masks it whole; `'url'`
+   * is a URL whose password and query are masked and whose host and path are shown (which database a
+   * reload now points at).
+   */
+  readonly secret?: true | 'url'
   /** `key:` with nothing after it reads as the key left out (the default for keys that are not required). */
   readonly blank?: boolean
   /** The key is read as one string or a list of strings (an audience, the accepted algorithms). */
@@ -133,6 +148,14 @@ export function keysOf(node: TSchema): string[] {
 /** The node of one key of a block. */
 export function keyNode(node: TSchema, key: string): TSchema {
   return (node as unknown as { properties: Record<string, TSchema> }).properties[key]
+}
+
+/** The node of what sits under `key` in a value of `node`: a block's key, a named entry, a list item; undefined elsewhere. */
+export function childOf(node: TSchema, key: string | number): TSchema | undefined {
+  const s = node as { properties?: Record<string, TSchema>; patternProperties?: object; type?: string; items?: TSchema }
+  if (typeof key === 'number') return s.type === 'array' ? s.items : undefined
+  if (s.properties !== undefined) return Object.hasOwn(s.properties, key) ? s.properties[key] : undefined
+  return s.patternProperties === undefined ? undefined : entryOf(node)
 }
 
 /** A host:port listener address (IPv6 in brackets). */
@@ -251,7 +274,7 @@ export const BUDGET = block(
         'When the store fails: open admits (and says so in the audit), closed answers 503, local judges on this replica at limit ÷ live replicas.',
     }),
   },
-  { description: 'Request budgets (docs/budget.md); used with features.budget_enforcement.' },
+  { description: 'Request budgets (docs/budget.md); used with features.budget_enforcement.', guard: { removeWith: 'budget: {}' } },
 )
 
 export const EFFECTS = ['allow', 'deny'] as const
@@ -287,7 +310,7 @@ export const POLICY = block(
 
 export const JWT = block(
   {
-    secret: str({ description: 'HS256/384/512 key, at least 32 bytes: use ${WARDLINE_JWT_SECRET}.' }),
+    secret: str({ secret: true, description: 'HS256/384/512 key, at least 32 bytes: use ${WARDLINE_JWT_SECRET}.' }),
     jwks_url: str({ description: 'Remote JWKS, fetched at startup and refreshed in the background.' }),
     jwks_file: str({ description: 'Local JWKS file.' }),
     public_key_file: str({ description: 'PEM public key (SPKI) or certificate.' }),
@@ -338,7 +361,11 @@ export const AUTH = block(
       { description: 'Protected resource metadata served at /.well-known/oauth-protected-resource.' },
     ),
   },
-  { description: 'Who is calling (docs/auth.md).', restart: (c) => c.auth },
+  {
+    description: 'Who is calling (docs/auth.md).',
+    restart: (c) => c.auth,
+    guard: { removeWith: 'an auth block (a gateway always authenticates)' },
+  },
 )
 
 export const AUDIT = block(
@@ -365,7 +392,7 @@ export const AUDIT = block(
 
 export const POSTGRES = block(
   {
-    dsn: str({ required: true, description: 'postgres:// or postgresql:// URL: use ${WARDLINE_POSTGRES_DSN}.' }),
+    dsn: str({ required: true, secret: 'url', description: 'postgres:// or postgresql:// URL: use ${WARDLINE_POSTGRES_DSN}.' }),
     max_connections: int(1, 1000, { default: 10, description: 'The one pool shared by budgets and the audit trail.' }),
   },
   { description: 'Shared storage for budgets and the audit trail (docs/postgres.md).', restart: (c) => c.postgres },
@@ -373,9 +400,14 @@ export const POSTGRES = block(
 
 export const FEATURES = block(
   {
-    budget_enforcement: bool({ default: false, description: 'Run the budget stage; false: the budget block is ignored.' }),
+    budget_enforcement: bool({
+      default: false,
+      guard: { removeWith: 'features: {budget_enforcement: false}' },
+      description: 'Run the budget stage; false: the budget block is ignored.',
+    }),
     postgres_storage: bool({
       default: false,
+      guard: { removeWith: 'features: {postgres_storage: false}' },
       description: 'Keep budgets and the audit trail in Postgres (needs postgres.dsn); replicas then share them.',
     }),
   },
@@ -386,7 +418,11 @@ export const ADMIN = block(
   {
     // listen and token are given together or not at all (ADMIN_TOGETHER): neither is left blank.
     listen: listenAddress('host:port of the admin listener; must differ from listen.', false),
-    token: str({ blank: false, description: 'Bearer token for the admin API, at least 32 bytes: use ${WARDLINE_ADMIN_TOKEN}.' }),
+    token: str({
+      blank: false,
+      secret: true,
+      description: 'Bearer token for the admin API, at least 32 bytes: use ${WARDLINE_ADMIN_TOKEN}.',
+    }),
     // Its own block, not the main listener's: the admin API is usually on loopback or a private network,
     // where another certificate (or none) fits, and its CLI trusts the certificate this block names.
     tls: tlsBlock('Serve the admin API over HTTPS; the CLI trusts the certificate cert_file names.', {
@@ -512,6 +548,7 @@ export const CONFIG_SPEC = block({
   allowed_hosts: list(str({ description: 'A host name or IP address with an optional port.' }), {
     description: 'Host header values accepted ([] accepts any): example.com, 127.0.0.1:8080, [::1]:8080.',
     restart: (c) => c.http.allowedHosts,
+    guard: { removeWith: 'allowed_hosts: []' },
   }),
   trusted_proxies: list(str({ description: 'An IP address or CIDR block: 10.0.0.0/8, ::1.' }), {
     description: 'Peers whose X-Forwarded-For/-Host/-Proto are kept: IP addresses or CIDR blocks.',
@@ -534,7 +571,8 @@ export const CONFIG_SPEC = block({
   audit: AUDIT,
   auth: AUTH,
   budget: BUDGET,
-  policy: POLICY,
+  // The policy file is the same policy kept elsewhere: moving from one to the other loses nothing.
+  policy: placed(POLICY, { guard: { removeWith: 'policy: {default: allow, rules: []}', or: ['policy_file'] } }),
   policy_file: str({
     blank: false,
     description: 'A YAML file holding default and rules (relative to this file); instead of the inline policy block.',

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import yaml from 'js-yaml'
-import { configSecrets, diffConfigs, isSecretKey, MAX_LISTED_CHANGES } from '../../src/config/diff'
+import { configSecrets, diffConfigs, MAX_LISTED_CHANGES } from '../../src/config/diff'
 import { loadConfig, parseConfig } from '../../src/config/load'
 import { configOrigin } from '../../src/config/origin'
 import { keysNeedingRestart } from '../../src/config/restart-keys'
@@ -159,8 +159,6 @@ describe('diffConfigs', () => {
     expect(configOrigin(c)?.variables.get('listen')).toEqual(['WL_L'])
     expect(configOrigin(c)?.variables.get('postgres.dsn')).toEqual(['PGUSER_X', 'PGPASS_X'])
     expect(configSecrets(c)).toEqual([JWT_SECRET_A, 'postgres://w:p%40ss-word-long@db/w', 'p%40ss-word-long', 'p@ss-word-long'])
-    expect(['auth.jwt.secret', 'admin.token', 'postgres.dsn', 'x.client_secret', 'db_password'].every(isSecretKey)).toBe(true)
-    expect(['budget.tools.count_tokens', 'listen', 'auth.jwt.jwks_url', 'budget.limits[0]'].some(isSecretKey)).toBe(false)
   })
 })
 

@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path'
 import yaml from 'js-yaml'
 import { reload } from '../../src/cli/serve'
 import { loadConfig } from '../../src/config/load'
+import { configOrigin, setConfigOrigin } from '../../src/config/origin'
 import { enforcementLost } from '../../src/config/reload-guard'
 import { silentLogger } from '../../src/log'
 import { capturingLogger } from '../budget/budget-harness'
@@ -125,6 +126,18 @@ describe('shutdown_delay_seconds', () => {
 /** Budget enforced, with room for every call these tests make (a denied call charges its identity bucket). */
 const ROOMY = { features: { budget_enforcement: true }, budget: { requests_per_window: 100, window_seconds: 3600 } }
 
+/** A file that sets every guarded key but the Postgres flag: a header-mode gateway with a policy, a budget and allowed hosts. */
+const GUARDED_BASE = {
+  listen: '127.0.0.1:0',
+  upstream: 'http://127.0.0.1:1',
+  auth: { mode: 'header' },
+  audit: { output: 'stdout' },
+  allowed_hosts: ['localhost:8080'],
+  features: { budget_enforcement: true },
+  budget: { requests_per_window: 5, window_seconds: 60 },
+  policy: { default: 'deny' },
+}
+
 describe('a reload never drops an enforcement block it was not told to drop', () => {
   /** The file as an operator writes it, enforcement blocks last; `cut` ends it just before `policy:`. */
   function files(h: Harness) {
@@ -192,23 +205,18 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
   test('budget, auth, allowed_hosts and feature flags are guarded the same way; a policy moving to a policy_file is not a loss', () => {
     const dir = tempDir()
     writeFileSync(join(dir, 'policy.yaml'), yaml.dump({ default: 'deny' }))
-    const base = {
-      listen: '127.0.0.1:0',
-      upstream: 'http://127.0.0.1:1',
-      auth: { mode: 'header' },
-      audit: { output: 'stdout' },
-      allowed_hosts: ['localhost:8080'],
-      features: { budget_enforcement: true },
-      budget: { requests_per_window: 5, window_seconds: 60 },
-      policy: { default: 'deny' },
-    }
+    const base = GUARDED_BASE
     const from = (tree: Record<string, unknown>) => configFrom(tree, {}, dir)
-    const lost = (next: Record<string, unknown>) => enforcementLost(from(base), from(next)).map((p) => p.split(':')[0])
+    // The keys lost, as a set: each problem names its key and stands alone, whatever the order.
+    const lost = (next: Record<string, unknown>) =>
+      enforcementLost(from(base), from(next))
+        .map((p) => p.split(':')[0])
+        .sort()
     const without = (...keys: string[]) => Object.fromEntries(Object.entries(base).filter(([k]) => !keys.includes(k)))
     expect(lost(base)).toEqual([])
-    expect(lost(without('budget', 'policy'))).toEqual(['policy', 'budget'])
+    expect(lost(without('budget', 'policy'))).toEqual(['budget', 'policy'])
     expect(lost({ ...base, budget: null })).toEqual(['budget'])
-    expect(lost(without('features', 'budget', 'policy'))).toEqual(['policy', 'budget', 'features.budget_enforcement'])
+    expect(lost(without('features', 'budget', 'policy'))).toEqual(['budget', 'features.budget_enforcement', 'policy'])
     expect(lost({ ...base, features: {} })).toEqual(['features.budget_enforcement'])
     expect(lost(without('allowed_hosts'))).toEqual(['allowed_hosts'])
     expect(lost({ ...without('policy'), policy_file: 'policy.yaml' })).toEqual([])
@@ -219,5 +227,39 @@ describe('a reload never drops an enforcement block it was not told to drop', ()
     expect(enforcementLost(from(without('budget', 'policy')), from(without('budget', 'policy', 'allowed_hosts')))).toHaveLength(1)
     // A key the running file never set, or set to what its absence means, is not guarded.
     expect(enforcementLost(from({ ...base, allowed_hosts: [] }), from(without('allowed_hosts')))).toEqual([])
+  })
+
+  test('each lost key says how to remove it on purpose: the keys and the writing the schema marks', () => {
+    const dir = tempDir()
+    const base = {
+      ...GUARDED_BASE,
+      features: { budget_enforcement: true, postgres_storage: true },
+      postgres: { dsn: 'postgres://wardline@127.0.0.1:5432/wardline' },
+    }
+    // A valid file cannot leave auth out (jwt mode needs a key source): it is blanked in the YAML tree itself.
+    const next = configFrom({ listen: base.listen, upstream: base.upstream, audit: base.audit, auth: { mode: 'header' } }, {}, dir)
+    const tree = { ...(configOrigin(next)!.tree as Record<string, unknown>), auth: null }
+    setConfigOrigin(next, { ...configOrigin(next)!, tree })
+    const problems = enforcementLost(configFrom(base, {}, dir), next)
+    const removeWith = (key: string): string | undefined =>
+      problems
+        .find((p) => p.startsWith(`${key}: set in the running configuration, missing or blank in the file`))
+        ?.match(/To remove it on purpose, write (.*); or restart to apply the file as it is$/)?.[1]
+    expect(
+      Object.fromEntries(
+        ['policy', 'budget', 'auth', 'features.budget_enforcement', 'features.postgres_storage', 'allowed_hosts'].map((k) => [
+          k,
+          removeWith(k),
+        ]),
+      ),
+    ).toEqual({
+      policy: 'policy: {default: allow, rules: []}',
+      budget: 'budget: {}',
+      auth: 'an auth block (a gateway always authenticates)',
+      'features.budget_enforcement': 'features: {budget_enforcement: false}',
+      'features.postgres_storage': 'features: {postgres_storage: false}',
+      allowed_hosts: 'allowed_hosts: []',
+    })
+    expect(problems).toHaveLength(6)
   })
 })
