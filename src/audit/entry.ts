@@ -12,7 +12,7 @@ import { type ReasonCode, joinReasons } from '../pipeline/reason'
  *
  * Built by hand rather than by JSON.stringify: the gateway writes one line per request, and the keys,
  * the decision and most values (printable ASCII) need no escaping; a value that does goes through
- * JSON.stringify (jsonString).
+ * JSON.stringify (jsonInner).
  */
 export function toJsonLines(entries: readonly AuditEntry[]): string {
   let text = ''
@@ -24,28 +24,29 @@ function jsonLine(e: AuditEntry): string {
   // An entry not built by auditEntries (a spilled line read back, a test's) may lack a field or hold
   // another type: JSON.stringify writes it as it is (and omits what is undefined).
   if (!wellFormed(e)) return escapeLineBreaks(JSON.stringify(e)) + '\n'
+  // The quotes sit in the key literals, so a line is about half as many joined pieces.
   let line =
-    '{"timestamp":' +
-    jsonString(e.timestamp) +
-    ',"request_id":' +
-    jsonString(e.request_id) +
-    ',"identity":' +
-    jsonString(e.identity) +
-    ',"tenant":' +
-    jsonString(e.tenant) +
-    ',"method":' +
-    jsonString(e.method) +
-    ',"tool":' +
-    jsonString(e.tool) +
-    ',"decision":' +
-    jsonString(e.decision) +
-    ',"status":' +
+    '{"timestamp":"' +
+    jsonInner(e.timestamp) +
+    '","request_id":"' +
+    jsonInner(e.request_id) +
+    '","identity":"' +
+    jsonInner(e.identity) +
+    '","tenant":"' +
+    jsonInner(e.tenant) +
+    '","method":"' +
+    jsonInner(e.method) +
+    '","tool":"' +
+    jsonInner(e.tool) +
+    '","decision":"' +
+    jsonInner(e.decision) +
+    '","status":' +
     jsonNumber(e.status) +
     ',"latency_ms":' +
     jsonMilliseconds(e.latency_ms)
-  if (e.reason_code !== undefined) line += ',"reason_code":' + jsonString(e.reason_code)
-  if (e.reason !== undefined) line += ',"reason":' + jsonString(e.reason)
-  if (e.session_id !== undefined) line += ',"session_id":' + jsonString(e.session_id)
+  if (e.reason_code !== undefined) line += ',"reason_code":"' + jsonInner(e.reason_code) + '"'
+  if (e.reason !== undefined) line += ',"reason":"' + jsonInner(e.reason) + '"'
+  if (e.session_id !== undefined) line += ',"session_id":"' + jsonInner(e.session_id) + '"'
   return line + '}\n'
 }
 
@@ -68,11 +69,16 @@ function wellFormed(e: AuditEntry): boolean {
 
 /** A JSON string literal: printable ASCII without `"` and `\` as it is, anything else as JSON.stringify (plus line breaks) writes it. */
 export function jsonString(value: string): string {
+  return '"' + jsonInner(value) + '"'
+}
+
+/** A JSON string literal's text between its quotes: the value itself when it needs no escaping. */
+function jsonInner(value: string): string {
   for (let i = 0; i < value.length; i++) {
     const c = value.charCodeAt(i)
-    if (c < 0x20 || c === 0x22 || c === 0x5c || c >= 0x7f) return escapedString(value)
+    if (c < 0x20 || c === 0x22 || c === 0x5c || c >= 0x7f) return escapedString(value).slice(1, -1)
   }
-  return '"' + value + '"'
+  return value
 }
 
 function escapedString(value: string): string {

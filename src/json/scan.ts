@@ -95,10 +95,12 @@ export class JsonScanner {
   private readonly messages: ScannedMessage[] = []
   private current: ScannedMessage | null = null
   /** Per depth: the container type (`{` or `[`), where the value being read began, its member list and pending key. */
-  private readonly containers: number[] = [0]
-  private readonly valueStart: number[] = [0]
-  private readonly collecting: Array<Member[] | null> = [null]
-  private readonly pendingKey: string[] = ['']
+  // Eight levels from the start (an MCP call nests three or four deep): an array grown from one
+  // element copies its store on the first assignment past it, four copies per request.
+  private readonly containers: number[] = [0, 0, 0, 0, 0, 0, 0, 0]
+  private readonly valueStart: number[] = [0, 0, 0, 0, 0, 0, 0, 0]
+  private readonly collecting: Array<Member[] | null> = [null, null, null, null, null, null, null, null]
+  private readonly pendingKey: string[] = ['', '', '', '', '', '', '', '']
   private result: ScanResult | null = null
   /** Set by string(): the last string token was plain ASCII without escapes. */
   private plain = true

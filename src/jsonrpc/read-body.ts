@@ -23,7 +23,9 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<BodyRe
   // bytes Node had buffered are gone (a body received whole, then the connection closed, included).
   if (req.destroyed) return Promise.resolve({ ok: false, tooLarge: false, error: req.errored ?? new Error(BODY_CUT_OFF) })
   return new Promise((resolve) => {
-    const chunks: Buffer[] = []
+    // Nearly every body arrives in one chunk: a list is made only for a second one.
+    let first: Buffer | null = null
+    let chunks: Buffer[] | null = null
     let size = 0
     const onData = (chunk: Buffer): void => {
       size += chunk.length
@@ -32,11 +34,12 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<BodyRe
         resolve({ ok: false, tooLarge: true })
         return
       }
-      chunks.push(chunk)
+      if (first === null) first = chunk
+      else (chunks ??= [first]).push(chunk)
     }
     const onEnd = (): void => {
       cleanup()
-      resolve({ ok: true, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size) })
+      resolve({ ok: true, body: chunks !== null ? Buffer.concat(chunks, size) : (first ?? Buffer.alloc(0)) })
     }
     const onError = (error: Error): void => {
       cleanup()

@@ -145,11 +145,12 @@ export function runStages(stages: readonly Stage[], ex: Exchange, from = 0): Ref
   return null
 }
 
-/** runStages from the stage at `i`, whose verdict is still pending. */
-async function runRest(stages: readonly Stage[], ex: Exchange, i: number, pending: Promise<Verdict>): Promise<Refusal | null> {
-  const verdict = await pending
-  if (verdict !== CONTINUE) return verdict
-  return runStages(stages, ex, i + 1)
+/**
+ * runStages from the stage at `i`, whose verdict is still pending. A `then`, not an async function:
+ * the same turns of the event loop, without the async function's own state (about 300 bytes a request).
+ */
+function runRest(stages: readonly Stage[], ex: Exchange, i: number, pending: Promise<Verdict>): Promise<Refusal | null> {
+  return pending.then((verdict) => (verdict !== CONTINUE ? verdict : runStages(stages, ex, i + 1)))
 }
 
 /**

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditEntry } from '../audit/entry'
 import type { AuditTrail } from '../audit/trail'
@@ -16,6 +15,7 @@ import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/s
 import { CUT_AT_SHUTDOWN, type Upstream } from '../upstream/forward'
 import type { LegacyStreams } from '../upstream/legacy-streams'
 import { DEFAULT_LINGER, type LingerBounds, lingerOnBody } from './linger'
+import { requestId } from '../request-id'
 
 /** A stage chain, the answer plan made from it and how its refusals are answered, swapped together at a reload. */
 interface Chain {
@@ -88,7 +88,7 @@ export class Gateway {
    * still gets exactly one audit entry (`reason_code` `internal`); every other request goes on.
    */
   readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const ex = new Exchange(req, res, randomUUID(), Date.now(), performance.now())
+    const ex = new Exchange(req, res, requestId(), Date.now(), performance.now())
     const chain = this.chain
     this.running.push(ex)
     try {

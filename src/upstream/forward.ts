@@ -35,7 +35,8 @@ const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 
 export class Upstream {
   private readonly pool: Pool
   private readonly streams: Pool
-  private readonly origin: URL
+  /** The upstream's origin (scheme, host, port) as text: URL's `origin` getter builds a new string at each read. */
+  private readonly origin: string
   private readonly basePath: string
   private readonly timeoutMs: number
   private readonly forwardedHeaders: ForwardedHeaders
@@ -51,8 +52,9 @@ export class Upstream {
     private readonly onFailure: UpstreamFailureListener = () => undefined,
   ) {
     this.forwardedHeaders = new ForwardedHeaders(trustedProxies)
-    this.origin = new URL(config.url)
-    this.basePath = this.origin.pathname.replace(/\/+$/, '')
+    const url = new URL(config.url)
+    this.origin = url.origin
+    this.basePath = url.pathname.replace(/\/+$/, '')
     this.timeoutMs = config.timeoutSeconds * 1000
     this.deadlines = new Deadlines(this.timeoutMs)
     const options = {
@@ -62,8 +64,8 @@ export class Upstream {
       bodyTimeout: 0,
       connectTimeout: Math.min(10_000, this.timeoutMs),
     }
-    this.pool = new Pool(this.origin.origin, { ...options, connections: config.connections })
-    this.streams = new Pool(this.origin.origin, { ...options, connections: null })
+    this.pool = new Pool(this.origin, { ...options, connections: config.connections })
+    this.streams = new Pool(this.origin, { ...options, connections: null })
   }
 
   /**
@@ -94,7 +96,7 @@ export class Upstream {
       const handler = new RelayHandler(ex, resolve, reject, this.deadlines, this.onFailure, now)
       ;(isStream(ex) ? this.streams : this.pool).dispatch(
         {
-          origin: this.origin.origin,
+          origin: this.origin,
           path: this.basePath + (req.url ?? '/'),
           method: req.method as Dispatcher.HttpMethod,
           headers,
