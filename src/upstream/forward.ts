@@ -182,6 +182,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.started = true
     if (this.ex.answerReaders !== null) {
       reportOutcome(this.ex, { status: statusCode, failure: null, sent: true, headers })
+      if (this.ex.answerFailure !== null) return this.stageFailed()
       if (this.ex.readsMessages && !this.readMessages(headers)) return
     }
     const res = this.ex.res
@@ -277,7 +278,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
       try {
         chunk = this.sse.push(chunk)
       } catch (err) {
-        return this.unreadable((err as Error).message)
+        return this.ex.answerFailure !== null ? this.stageFailed() : this.unreadable((err as Error).message)
       }
       if (chunk.length === 0) return
     }
@@ -291,7 +292,12 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.settled) return
     if (this.jsonChunks !== null) return this.endJson(this.jsonChunks)
-    const rest = this.sse?.end()
+    let rest: Buffer | null | undefined
+    try {
+      rest = this.sse?.end()
+    } catch (err) {
+      return this.ex.answerFailure !== null ? this.stageFailed() : this.unreadable((err as Error).message)
+    }
     this.writeHeldHead()
     if (rest) this.ex.res.write(rest)
     this.ex.res.end()
@@ -303,12 +309,36 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.jsonChunks = null
     const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)
     const text = body.toString('utf8')
-    const rewritten = rewriteMessage(this.ex, text)
+    let rewritten: string
+    try {
+      rewritten = rewriteMessage(this.ex, text)
+    } catch {
+      return this.stageFailed()
+    }
     const bytes = rewritten === text ? body : Buffer.from(rewritten, 'utf8')
     this.heldHeaders?.push('content-length', String(bytes.length))
     this.writeHeldHead()
     this.ex.res.end(bytes)
     this.finish()
+  }
+
+  /**
+   * A stage threw reading the answer (ex.answerFailure): not the upstream's failure, so not counted as
+   * one. While nothing reached the client the gateway answers 500 for it; once the head is out the
+   * stream is cut. Either way the gateway audits the request once as `internal` (Gateway.handle).
+   */
+  private stageFailed(): void {
+    if (this.settled) return
+    this.heldHeaders = null
+    this.jsonChunks = null
+    this.settled = true
+    this.detach()
+    if (this.ex.res.headersSent) {
+      this.ex.aborted = true
+      this.ex.res.destroy()
+      this.resolve()
+    } else this.reject(this.ex.answerFailure instanceof Error ? this.ex.answerFailure : new Error(String(this.ex.answerFailure)))
+    this.controller?.abort(new Error('a stage failed reading the answer'))
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
