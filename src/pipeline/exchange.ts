@@ -108,7 +108,7 @@ export class Exchange {
   readsMessages = false
   /** True once answerReaders heard the outcome (it is reported once). */
   outcomeReported = false
-  /** What a stage threw in the answer phase (pipeline/answer.ts), which it must not; null when none did. */
+  /** What a stage or a metric threw while the answer was relayed (pipeline/answer.ts, the relay), which they must not; null when none did. */
   answerFailure: unknown = null
   /** Set when shutdown cut this request's connection after the grace period (its audit reason says so). */
   cutAtShutdown = false

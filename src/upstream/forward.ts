@@ -251,7 +251,13 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    * says why (`cutReason`).
    */
   private giveUp(failure: WardlineError, cutReason: string): void {
-    this.onFailure(failure)
+    // Counting the failure (a metric) must not stop the request from being answered: this runs in the
+    // deadline timer and in undici's callbacks. A count that throws makes the request `internal`.
+    try {
+      this.onFailure(failure)
+    } catch (err) {
+      if (this.ex.answerFailure === null) this.ex.answerFailure = err
+    }
     if (!this.ex.res.headersSent) {
       this.heldHeaders = null
       this.jsonChunks = null
