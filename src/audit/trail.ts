@@ -1,3 +1,4 @@
+import { describeError } from '../errors'
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
 import { type AuditMetrics, CALL_OUTCOMES } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
@@ -126,8 +127,14 @@ export class AuditTrail {
    * metrics: those describe the proxied traffic.
    */
   recordEntry(entry: AuditEntry, reserved: 0 | 1): void {
-    this.metrics.countEntry(entry.decision, entry.tenant, entry.tool)
     for (const w of this.writers) w.record([entry], reserved)
+    // Counted once the entry is queued: a count that throws must not cost the entry of an action that
+    // already ran, nor the slot reserved for it.
+    try {
+      this.metrics.countEntry(entry.decision, entry.tenant, entry.tool)
+    } catch (err) {
+      this.warn.warn('audit-entry-metric', 'an admin entry was not counted in wardline_audit_entries_total', { error: describeError(err) })
+    }
   }
 
   /** SIGHUP: file sinks reopen their paths (log rotation). */

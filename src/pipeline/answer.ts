@@ -49,22 +49,49 @@ export class AnswerPlan {
   }
 }
 
-/** Tells every reader of this request's answer what became of it; once per request (later calls do nothing). */
+/**
+ * Tells every reader of this request's answer what became of it; once per request (later calls do
+ * nothing). Never throws: it runs in the relay's callbacks, its deadline timer and the response's
+ * 'close' event, where a throw would reach the process. A reader that throws (it must not) is noted on
+ * the exchange for the gateway, which answers and audits the request as `internal`, and the readers
+ * after it still hear the outcome, so a refund is not skipped.
+ */
 export function reportOutcome(ex: Exchange, outcome: Outcome): void {
   const readers = ex.answerReaders
   if (readers === null || ex.outcomeReported) return
   ex.outcomeReported = true
-  for (let i = 0; i < readers.length; i++) readers[i].onOutcome?.(ex, outcome)
+  for (let i = 0; i < readers.length; i++) {
+    try {
+      readers[i].onOutcome?.(ex, outcome)
+    } catch (err) {
+      answerFailed(ex, err)
+    }
+  }
 }
 
-/** Passes one message of the answer through every reader that reads messages, in chain order. */
+/**
+ * Passes one message of the answer through every reader that reads messages, in chain order. A reader
+ * that throws is noted on the exchange (`answerFailure`) and the throw goes on to the relay: the
+ * message it could not read is never passed on unread (a list the filter could not judge stays hidden).
+ */
 export function rewriteMessage(ex: Exchange, message: string): string {
   const readers = ex.answerReaders
   if (readers === null) return message
   let text = message
   for (let i = 0; i < readers.length; i++) {
     const reader = readers[i]
-    if (reader.onMessage !== undefined && reader.answers?.reads === 'messages') text = reader.onMessage(ex, text)
+    if (reader.onMessage === undefined || reader.answers?.reads !== 'messages') continue
+    try {
+      text = reader.onMessage(ex, text)
+    } catch (err) {
+      answerFailed(ex, err)
+      throw err
+    }
   }
   return text
+}
+
+/** The first throw of the answer phase, kept for the gateway (a thrown null or undefined as an Error). */
+function answerFailed(ex: Exchange, err: unknown): void {
+  if (ex.answerFailure === null) ex.answerFailure = err ?? new Error(`a stage threw ${String(err)} in the answer phase`)
 }

@@ -101,7 +101,8 @@ export class Gateway {
         await this.upstream.forward(ex)
       }
     } catch (err) {
-      this.failed(ex, err)
+      // A stage that threw reading the answer is the cause, not what the relay made of it.
+      this.failed(ex, ex.answerFailure ?? err)
     } finally {
       this.settle(ex, chain)
     }
@@ -117,6 +118,9 @@ export class Gateway {
     // and the reason adds who closed the connection. A cut the relay saw as the cause has its own code.
     if (ex.cutAtShutdown && ex.aborted && ex.reasonCode !== 'shutdown.cut') addNote(ex, NOTE.shutdownCut, CUT_AT_SHUTDOWN)
     this.running.remove(ex)
+    // A stage threw in the answer phase after which the relay went on (an outcome reader) or the
+    // client had left: the request is a failure all the same, audited as `internal`.
+    if (ex.answerFailure !== null && ex.reasonCode !== 'internal') this.failed(ex, ex.answerFailure)
     try {
       finishStages(chain.stages, ex)
     } catch (err) {

@@ -64,7 +64,13 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
           bearer_methods_supported: ['header'],
         })
   const serveMetrics = (res: ServerResponse): void => {
-    deps.beforeMetrics()
+    // A gauge refreshed here that throws costs this scrape a 500, as a collector that throws does; in the
+    // request listener it would be an uncaught exception, which stops the gateway.
+    try {
+      deps.beforeMetrics()
+    } catch {
+      return json(res, 500, { status: 'error' })
+    }
     deps.metrics.registry.metrics().then(
       (text) => {
         res.writeHead(200, { 'content-type': deps.metrics.registry.contentType })
@@ -137,6 +143,15 @@ async function ready(deps: RouteDeps, checks: readonly ReadinessCheck[], res: Se
   json(res, ok ? 200 : 503, body)
 }
 
+/** The features' /readyz fields; one that throws is reported in the body rather than leaving the probe unanswered. */
+function readyDetails(deps: RouteDeps): Record<string, unknown> | undefined {
+  try {
+    return deps.readyDetails?.()
+  } catch (err) {
+    return { details_error: err instanceof Error ? err.message : String(err) }
+  }
+}
+
 /** What /readyz answers (and wardline_ready reports): every required check passes and shutdown has not begun. */
 async function readiness(deps: RouteDeps, checks: readonly ReadinessCheck[]): Promise<{ ok: boolean; body: unknown }> {
   if (deps.isShuttingDown()) return { ok: false, body: { status: 'shutting_down' } }
@@ -154,7 +169,7 @@ async function readiness(deps: RouteDeps, checks: readonly ReadinessCheck[]): Pr
       }
     }),
   )
-  return { ok, body: { status: ok ? 'ready' : 'not_ready', checks: results, ...deps.readyDetails?.() } }
+  return { ok, body: { status: ok ? 'ready' : 'not_ready', checks: results, ...readyDetails(deps) } }
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

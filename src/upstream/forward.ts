@@ -184,6 +184,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.started = true
     if (this.ex.answerReaders !== null) {
       reportOutcome(this.ex, { status: statusCode, failure: null, sent: true, headers })
+      if (this.ex.answerFailure !== null) return this.stageFailed()
       if (this.ex.readsMessages && !this.readMessages(headers)) return
     }
     const res = this.ex.res
@@ -252,7 +253,13 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    * says why (`cutReason`).
    */
   private giveUp(failure: WardlineError, cutReason: string): void {
-    this.onFailure(failure)
+    // Counting the failure (a metric) must not stop the request from being answered: this runs in the
+    // deadline timer and in undici's callbacks. A count that throws makes the request `internal`.
+    try {
+      this.onFailure(failure)
+    } catch (err) {
+      if (this.ex.answerFailure === null) this.ex.answerFailure = err
+    }
     if (!this.ex.res.headersSent) {
       this.heldHeaders = null
       this.jsonChunks = null
@@ -279,7 +286,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
       try {
         chunk = this.sse.push(chunk)
       } catch (err) {
-        return this.unreadable((err as Error).message)
+        return this.ex.answerFailure !== null ? this.stageFailed() : this.unreadable((err as Error).message)
       }
       if (chunk.length === 0) return
     }
@@ -293,7 +300,12 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.settled) return
     if (this.jsonChunks !== null) return this.endJson(this.jsonChunks)
-    const rest = this.sse?.end()
+    let rest: Buffer | null | undefined
+    try {
+      rest = this.sse?.end()
+    } catch (err) {
+      return this.ex.answerFailure !== null ? this.stageFailed() : this.unreadable((err as Error).message)
+    }
     this.writeHeldHead()
     if (rest) this.ex.res.write(rest)
     this.ex.res.end()
@@ -305,12 +317,36 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     this.jsonChunks = null
     const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)
     const text = body.toString('utf8')
-    const rewritten = rewriteMessage(this.ex, text)
+    let rewritten: string
+    try {
+      rewritten = rewriteMessage(this.ex, text)
+    } catch {
+      return this.stageFailed()
+    }
     const bytes = rewritten === text ? body : Buffer.from(rewritten, 'utf8')
     this.heldHeaders?.push('content-length', String(bytes.length))
     this.writeHeldHead()
     this.ex.res.end(bytes)
     this.finish()
+  }
+
+  /**
+   * A stage threw reading the answer (ex.answerFailure): not the upstream's failure, so not counted as
+   * one. While nothing reached the client the gateway answers 500 for it; once the head is out the
+   * stream is cut. Either way the gateway audits the request once as `internal` (Gateway.handle).
+   */
+  private stageFailed(): void {
+    if (this.settled) return
+    this.heldHeaders = null
+    this.jsonChunks = null
+    this.settled = true
+    this.detach()
+    if (this.ex.res.headersSent) {
+      this.ex.aborted = true
+      this.ex.res.destroy()
+      this.resolve()
+    } else this.reject(this.ex.answerFailure instanceof Error ? this.ex.answerFailure : new Error(String(this.ex.answerFailure)))
+    this.controller?.abort(new Error('a stage failed reading the answer'))
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {

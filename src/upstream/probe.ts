@@ -244,7 +244,12 @@ export class UpstreamProbe {
     const downSince = this.since
     this.latest = r
     if (changed) this.since = r.at
-    this.listener(r)
+    // The gauges: one that throws must not end the probing (the next probe is scheduled after this).
+    try {
+      this.listener(r)
+    } catch (err) {
+      this.log.error('upstream probe gauges not updated', { error: describeError(err) })
+    }
     if (before === null || !changed) return
     const probe = `${this.config.method} ${this.shownUrl}`
     if (r.up) {
