@@ -7,20 +7,14 @@
  */
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
 import { Agent, request } from 'undici'
-import { AuditTrail } from '../../src/audit/trail'
-import { AuditWriter } from '../../src/audit/writer'
-import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
-import { AuditMetrics } from '../../src/audit/metrics'
 import { jsonRpcStage } from '../../src/jsonrpc/stage'
-import { silentLogger } from '../../src/log'
 import type { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Stage } from '../../src/pipeline/stage'
-import { Gateway } from '../../src/server/gateway'
-import { Lifecycle } from '../../src/server/lifecycle'
-import { Upstream } from '../../src/upstream/forward'
-import { MCP_HEADERS, as, configFrom, readJsonl, tempDir, toolCall } from '../helpers/harness'
+import { type Gateway } from '../../src/server/gateway'
+import { type Lifecycle } from '../../src/server/lifecycle'
+import { startBareGateway } from '../helpers/bare-gateway'
+import { MCP_HEADERS, as, readJsonl, toolCall } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
 
 function target(ex: Exchange): string {
@@ -86,32 +80,15 @@ interface Rig {
 
 async function rig(): Promise<Rig> {
   const up = await upstreamServer()
-  const dir = tempDir()
-  const auditFile = join(dir, 'audit.jsonl')
-  const config = configFrom({ listen: '127.0.0.1:0', upstream: up.url, upstream_timeout_seconds: 1, auth: { mode: 'header' } }, {}, dir)
-  const audit = new AuditTrail(
-    [new AuditWriter(await JsonlAuditSink.open(auditFile), silentLogger(), { maxQueueEntries: 10_000 })],
-    new AuditMetrics(),
-  )
-  const relay = new Upstream(config.upstream)
-  const stages = [jsonRpcStage(config.limits), outcomeThrower, messageThrower]
-  const gateway = new Gateway(stages, relay, audit, silentLogger())
-  const lifecycle = new Lifecycle(config, {
-    gateway,
-    routes: { handle: () => false, handleMonitoring: () => false },
-    audit,
-    log: silentLogger(),
-    closers: [() => relay.destroy()],
-    applyReload: () => [],
+  const bare = await startBareGateway({
+    upstreamUrl: up.url,
+    config: { upstream_timeout_seconds: 1 },
+    stages: (config) => [jsonRpcStage(config.limits), outcomeThrower, messageThrower],
   })
-  const url = await lifecycle.start()
   return {
-    url,
-    auditFile,
-    lifecycle,
-    gateway,
+    ...bare,
     async close() {
-      await lifecycle.shutdown()
+      await bare.close()
       up.server.closeAllConnections()
       await new Promise((resolve) => up.server.close(resolve))
     },

@@ -4,22 +4,17 @@
  * reason_code `internal`, and every other request goes on. Real listeners on port 0, the real
  * Lifecycle and Gateway, the example MCP server upstream.
  */
-import { join } from 'node:path'
 import { Agent, request } from 'undici'
-import { AuditTrail } from '../../src/audit/trail'
-import { AuditWriter } from '../../src/audit/writer'
-import { JsonlAuditSink } from '../../src/audit/jsonl-sink'
 import { auditReservationStage } from '../../src/audit/reservation-stage'
 import { jsonRpcStage } from '../../src/jsonrpc/stage'
-import { silentLogger } from '../../src/log'
 import { AuditMetrics } from '../../src/audit/metrics'
 import type { Exchange } from '../../src/pipeline/exchange'
 import { CONTINUE, type Stage } from '../../src/pipeline/stage'
-import { Gateway } from '../../src/server/gateway'
-import { Lifecycle } from '../../src/server/lifecycle'
-import { Upstream } from '../../src/upstream/forward'
+import { type Gateway } from '../../src/server/gateway'
+import { type Lifecycle } from '../../src/server/lifecycle'
 import { type ExampleServer, startExampleServer } from '../../examples/mcp-server'
-import { MCP_HEADERS, as, configFrom, readJsonl, startHarness, tempDir, toolCall } from '../helpers/harness'
+import { startBareGateway } from '../helpers/bare-gateway'
+import { MCP_HEADERS, as, readJsonl, startHarness, toolCall } from '../helpers/harness'
 
 /** The tool a request calls says where it throws; anything else is an ordinary call. */
 const THROWS = ['boom-stage', 'boom-async-stage', 'boom-finish', 'boom-metric', 'boom-entry'] as const
@@ -76,9 +71,6 @@ interface Rig {
 
 async function rig(): Promise<Rig> {
   const upstream = await startExampleServer({ mode: 'stateless-json' })
-  const dir = tempDir()
-  const auditFile = join(dir, 'audit.jsonl')
-  const config = configFrom({ listen: '127.0.0.1:0', upstream: upstream.url, auth: { mode: 'header' } }, {}, dir)
   const metrics = new AuditMetrics()
   // A metric that throws: counted per forwarded call, after the entries are built.
   const count = metrics.countForwardedCall.bind(metrics)
@@ -86,32 +78,18 @@ async function rig(): Promise<Rig> {
     if (name === 'boom-metric') throw new Error('metric exploded')
     count(name, outcome, seconds)
   }
-  const audit = new AuditTrail(
-    [new AuditWriter(await JsonlAuditSink.open(auditFile), silentLogger(), { maxQueueEntries: 10_000 })],
-    metrics,
-  )
   const released = new Set<string>()
-  const relay = new Upstream(config.upstream)
-  const stages = [jsonRpcStage(config.limits), auditReservationStage(audit), ...throwingFinish(released), throwingStage]
-  const gateway = new Gateway(stages, relay, audit, silentLogger())
-  const lifecycle = new Lifecycle(config, {
-    gateway,
-    routes: { handle: () => false, handleMonitoring: () => false },
-    audit,
-    log: silentLogger(),
-    closers: [() => relay.destroy()],
-    applyReload: () => [],
+  const bare = await startBareGateway({
+    upstreamUrl: upstream.url,
+    metrics,
+    stages: (config, audit) => [jsonRpcStage(config.limits), auditReservationStage(audit), ...throwingFinish(released), throwingStage],
   })
-  const url = await lifecycle.start()
   return {
-    url,
-    auditFile,
-    lifecycle,
-    gateway,
+    ...bare,
     released,
     upstream,
     async close() {
-      await lifecycle.shutdown()
+      await bare.close()
       await upstream.close()
     },
   }
