@@ -5,7 +5,7 @@ import { keyNode, keysOf } from './spec'
 import type { TlsConfig } from './types'
 
 /**
- * A listener's `tls:` block (`tls`, `admin.tls`): PEM files, read by server/tls.ts at startup and on
+ * A listener's `tls:` block (`tls`, `admin.tls`): PEM files, read by net/tls.ts at startup and on
  * every SIGHUP, never here (the key stays out of the Config, which reloads diff and log). Absent: the
  * listener speaks plain HTTP. `ca_file` (client certificates) only where the block's node has it
  * (spec.ts tlsBlock).

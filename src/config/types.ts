@@ -51,7 +51,7 @@ export interface Config {
   readonly metrics: MetricsConfig | null
 }
 
-/** A listener's certificate files (absolute paths), read at startup and re-read on SIGHUP (server/tls.ts). */
+/** A listener's certificate files (absolute paths), read at startup and re-read on SIGHUP (net/tls.ts). */
 export interface TlsConfig {
   /** PEM: the certificate, then any intermediate certificates of its chain. */
   readonly certFile: string
