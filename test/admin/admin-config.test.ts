@@ -1,8 +1,7 @@
-import { createServer } from 'node:net'
-import type { AddressInfo } from 'node:net'
 import { keysNeedingRestart } from '../../src/config/restart-keys'
 import { silentLogger } from '../../src/log'
 import { startGateway } from '../../src/server/compose'
+import { occupiedPort } from '../helpers/cli'
 import { type Harness, configFrom, configProblems, startHarness } from '../helpers/harness'
 
 const TOKEN = 'a'.repeat(32)
@@ -85,9 +84,7 @@ describe('the admin: block', () => {
 
 describe('the admin listener', () => {
   test('a busy admin port stops startup with an error naming admin.listen', async () => {
-    const holder = createServer()
-    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
-    const port = (holder.address() as AddressInfo).port
+    const { port, release } = await occupiedPort()
     try {
       const config = configFrom({
         listen: '127.0.0.1:0',
@@ -105,7 +102,7 @@ describe('the admin listener', () => {
         `admin.listen 127.0.0.1:${port} is already in use (another process listens there): change admin.listen`,
       )
     } finally {
-      holder.close()
+      await release()
     }
   })
 

@@ -5,7 +5,7 @@
  */
 import { spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
-import { type Server, createServer } from 'node:net'
+import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { decodeJwt } from 'jose'
 import { loadConfig, loadConfigBlocks } from '../../src/config/load'
@@ -14,7 +14,7 @@ import { startGateway } from '../../src/server/compose'
 import { listenOrExplain } from '../../src/net/listen'
 import { silentLogger } from '../../src/log'
 import { SECRET } from '../auth/forge'
-import { ROOT, cliMain, runCli } from '../helpers/cli'
+import { ROOT, cliMain, freePort, occupiedPort, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 
 /** Runs the CLI with an environment of the test's choosing (runCli's is fixed, NO_COLOR included). */
@@ -45,13 +45,6 @@ function lastRecord(stderr: string): Record<string, unknown> {
 const TIME = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z'
 const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
 const { NO_COLOR: _ignored, ...ENV_WITHOUT_NO_COLOR } = process.env
-
-/** A port some other process listens on, as an operator meets it. */
-async function occupiedPort(): Promise<{ server: Server; port: number }> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return { server, port: (server.address() as { port: number }).port }
-}
 
 describe('startup errors carry their WL_* code, in the log format', () => {
   test('an invalid file with log_format: text gets one human line with the code and every problem, exit 1', () => {
@@ -111,8 +104,7 @@ describe('startup errors carry their WL_* code, in the log format', () => {
   })
 
   test('an unreachable Postgres with on_store_error closed is WL_POSTGRES_UNAVAILABLE, and the DSN password never shows', async () => {
-    const { server, port } = await occupiedPort()
-    await new Promise<void>((resolve) => server.close(() => resolve())) // a port nobody listens on any more
+    const port = await freePort() // a port nobody listens on any more
     const dir = tempDir()
     const password = 'hunter2-is-the-db-password'
     const file = writeConfig(
@@ -141,12 +133,12 @@ describe('startup errors carry their WL_* code, in the log format', () => {
 })
 
 describe('a busy port names the key and the variable to change', () => {
-  let occupied: { server: Server; port: number }
+  let occupied: Awaited<ReturnType<typeof occupiedPort>>
   beforeEach(async () => {
     occupied = await occupiedPort()
   })
   afterEach(async () => {
-    await new Promise<void>((resolve) => occupied.server.close(() => resolve()))
+    await occupied.release()
   })
 
   const config = (dir: string, listen: string) =>

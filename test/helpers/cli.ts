@@ -176,11 +176,19 @@ export function writeReplicaConfigs(dir: string, names: readonly string[], tree:
   })
 }
 
-/** A port nothing listens on right now (the kernel's pick, released at once). */
-export async function freePort(): Promise<number> {
+/** A port another listener holds, as an operator meets it (the gateway must name the key to change); `release()` frees it. */
+export async function occupiedPort(): Promise<{ readonly port: number; readonly release: () => Promise<void> }> {
   const s = createServer()
   await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
-  const port = (s.address() as AddressInfo).port
-  await new Promise<void>((resolve) => s.close(() => resolve()))
-  return port
+  return {
+    port: (s.address() as AddressInfo).port,
+    release: () => new Promise<void>((resolve) => s.close(() => resolve())),
+  }
+}
+
+/** A port nothing listens on right now (the kernel's pick, released at once). */
+export async function freePort(): Promise<number> {
+  const held = await occupiedPort()
+  await held.release()
+  return held.port
 }

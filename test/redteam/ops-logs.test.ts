@@ -3,7 +3,7 @@
  * attack: a secret reaching a log line, a caller-controlled value that reads as something else, a
  * meta value that breaks the text format, a message that names the wrong thing to change.
  */
-import { createServer, type Server } from 'node:net'
+import { createServer } from 'node:net'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
@@ -16,7 +16,7 @@ import type { Config } from '../../src/config/types'
 import { ConfigError } from '../../src/errors'
 import { addLogSecrets, createLogger, formatValue, redactText } from '../../src/log'
 import { listenOrExplain } from '../../src/net/listen'
-import { runCli } from '../helpers/cli'
+import { occupiedPort, runCli } from '../helpers/cli'
 import { tempDir } from '../helpers/harness'
 
 const JWT_SECRET = 'jwt-secret-0123456789abcdef-0123456789'
@@ -191,14 +191,12 @@ describe('text format: caller-controlled values and odd meta', () => {
 })
 
 describe('busy ports name what to change', () => {
-  let holder: Server
   let port: number
+  let release: () => Promise<void>
   beforeAll(async () => {
-    holder = createServer()
-    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
-    port = (holder.address() as { port: number }).port
+    ;({ port, release } = await occupiedPort())
   })
-  afterAll(() => new Promise<void>((resolve) => holder.close(() => resolve())))
+  afterAll(() => release())
 
   test('listen made of two defaulted variables names both', async () => {
     const config = parseConfig(yaml.dump({ ...BASE, listen: '${WL_HOST:-127.0.0.1}:${WL_PORT:-8080}' }), { env: { WL_PORT: String(port) } })

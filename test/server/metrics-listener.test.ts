@@ -2,11 +2,11 @@
  * metrics.listen: /metrics on a listener of its own, a 404 (never proxied) on the public one,
  * /healthz and /readyz on both, a clear bind failure, closed at shutdown.
  */
-import { connect, createServer } from 'node:net'
-import type { AddressInfo } from 'node:net'
+import { connect } from 'node:net'
 import { PassThrough } from 'node:stream'
 import { createLogger, silentLogger } from '../../src/log'
 import { startGateway } from '../../src/server/compose'
+import { occupiedPort } from '../helpers/cli'
 import { type Harness, configFrom, configProblems, startHarness } from '../helpers/harness'
 
 describe('with metrics.listen', () => {
@@ -48,9 +48,7 @@ describe('with metrics.listen', () => {
 })
 
 test('a metrics.listen that cannot be bound fails startup with WL_LISTEN_FAILED naming the key', async () => {
-  const holder = createServer()
-  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
-  const port = (holder.address() as AddressInfo).port
+  const { port, release } = await occupiedPort()
   try {
     const config = configFrom({
       listen: '127.0.0.1:0',
@@ -67,7 +65,7 @@ test('a metrics.listen that cannot be bound fails startup with WL_LISTEN_FAILED 
       `metrics.listen 127.0.0.1:${port} is already in use (another process listens there): change metrics.listen`,
     )
   } finally {
-    holder.close()
+    await release()
   }
 })
 
