@@ -111,6 +111,20 @@ export function toolCall(name: string, args: Record<string, unknown> = {}, id: n
   return rpc('tools/call', { name, arguments: args }, id)
 }
 
+/**
+ * The status of one `tools/call` of `echo` sent to a gateway with these headers (its body read and
+ * dropped): whether a caller, a token or a revocation lets a call through, and nothing more.
+ */
+export async function echoStatus(gatewayUrl: string, headers: Record<string, string>): Promise<number> {
+  const res = await fetch(`${gatewayUrl}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...headers },
+    body: JSON.stringify(toolCall('echo', { text: 'hi' })),
+  })
+  await res.arrayBuffer()
+  return res.status
+}
+
 /** One sample of a /metrics text: its labels (unescaped) and value. */
 export interface MetricSampleLine {
   readonly labels: Record<string, string>

@@ -10,7 +10,7 @@ import { silentLogger } from '../../src/log'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { SECRET, hour, hs } from '../auth/forge'
 import { capturingLogger } from '../budget/budget-harness'
-import { MCP_HEADERS, configFrom, metricSample, readJsonl, tempDir, toolCall } from '../helpers/harness'
+import { configFrom, echoStatus, metricSample, readJsonl, tempDir } from '../helpers/harness'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { testPool } from '../helpers/postgres'
 import { revocationDatabase } from '../helpers/revocation-database'
@@ -74,14 +74,8 @@ async function bearer(identity: string, tenant: string | null = 'acme'): Promise
   return { authorization: `Bearer ${token}` }
 }
 
-async function status(replica: Replica, headers: Record<string, string>): Promise<number> {
-  const res = await fetch(`${replica.url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, ...headers },
-    body: JSON.stringify(toolCall('echo', { text: 'hi' })),
-  })
-  await res.arrayBuffer()
-  return res.status
+function status(replica: Replica, headers: Record<string, string>): Promise<number> {
+  return echoStatus(replica.url, headers)
 }
 
 async function readyz(replica: Replica): Promise<Record<string, unknown>> {

@@ -18,7 +18,7 @@ import type { Principal } from '../../src/pipeline/exchange'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { SECRET } from '../auth/forge'
 import { ROOT, cliMain, freePort } from '../helpers/cli'
-import { MCP_HEADERS, readJsonl, tempDir, toolCall } from '../helpers/harness'
+import { echoStatus, readJsonl, tempDir } from '../helpers/harness'
 import { freshDatabase, testPool } from '../helpers/postgres'
 import { revocationDatabase } from '../helpers/revocation-database'
 import { waitFor } from '../helpers/wait'
@@ -78,14 +78,8 @@ async function minted(replica: Replica, sub: string, tenant = 'acme'): Promise<{
   return { bearer: { authorization: `Bearer ${answer.token}` }, jti: answer.jti }
 }
 
-async function status(replica: Replica, headers: Record<string, string>): Promise<number> {
-  const res = await fetch(`${replica.url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, ...headers },
-    body: JSON.stringify(toolCall('echo', { text: 'hi' })),
-  })
-  await res.arrayBuffer()
-  return res.status
+function status(replica: Replica, headers: Record<string, string>): Promise<number> {
+  return echoStatus(replica.url, headers)
 }
 
 describe('gateways sharing one database', () => {

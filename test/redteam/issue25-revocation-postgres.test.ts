@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import { silentLogger } from '../../src/log'
 import { type RunningGateway, startGateway } from '../../src/server/compose'
 import { SECRET, hour, hs } from '../auth/forge'
-import { MCP_HEADERS, configFrom, tempDir, toolCall } from '../helpers/harness'
+import { configFrom, echoStatus, tempDir } from '../helpers/harness'
 import { PostgresProxy } from '../helpers/postgres-proxy'
 import { revocationDatabase } from '../helpers/revocation-database'
 import { waitFor } from '../helpers/wait'
@@ -41,14 +41,8 @@ async function token(sub: string, extra: Record<string, unknown>): Promise<strin
   return hs({ sub, tenant: 'acme', iss: 'https://idp.example', aud: 'wardline', exp: hour(), ...extra })
 }
 
-async function status(url: string, bearer: string): Promise<number> {
-  const res = await fetch(`${url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, authorization: `Bearer ${bearer}` },
-    body: JSON.stringify(toolCall('echo', { text: 'hi' })),
-  })
-  await res.arrayBuffer()
-  return res.status
+function status(url: string, bearer: string): Promise<number> {
+  return echoStatus(url, { authorization: `Bearer ${bearer}` })
 }
 
 test('through a database outage a replica keeps refusing a revoked jti and tokens issued before T, says stale, and serves the rest', async () => {

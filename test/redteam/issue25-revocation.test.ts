@@ -4,7 +4,7 @@
  * The real gateway in front of the example MCP server, tokens signed for real (HS256).
  */
 import { createHmac } from 'node:crypto'
-import { type Harness, MCP_HEADERS, startHarness, toolCall } from '../helpers/harness'
+import { type Harness, echoStatus, startHarness } from '../helpers/harness'
 import { SECRET, hour, hs } from '../auth/forge'
 import { RevocationInputError } from '../../src/auth/revocations'
 
@@ -19,14 +19,8 @@ function rawToken(payloadJson: string): string {
   return `${header}.${payload}.${signature}`
 }
 
-async function status(h: Harness, token: string): Promise<number> {
-  const res = await fetch(`${h.url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` },
-    body: JSON.stringify(toolCall('echo', { text: 'hi' }, 1)),
-  })
-  await res.arrayBuffer()
-  return res.status
+function status(h: Harness, token: string): Promise<number> {
+  return echoStatus(h.url, { authorization: `Bearer ${token}` })
 }
 
 const nowS = (): number => Math.floor(Date.now() / 1000)
