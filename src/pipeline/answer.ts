@@ -64,7 +64,7 @@ export function reportOutcome(ex: Exchange, outcome: Outcome): void {
     try {
       readers[i].onOutcome?.(ex, outcome)
     } catch (err) {
-      answerFailed(ex, err)
+      noteAnswerFailure(ex, err)
     }
   }
 }
@@ -84,14 +84,18 @@ export function rewriteMessage(ex: Exchange, message: string): string {
     try {
       text = reader.onMessage(ex, text)
     } catch (err) {
-      answerFailed(ex, err)
+      noteAnswerFailure(ex, err)
       throw err
     }
   }
   return text
 }
 
-/** The first throw of the answer phase, kept for the gateway (a thrown null or undefined as an Error). */
-function answerFailed(ex: Exchange, err: unknown): void {
-  if (ex.answerFailure === null) ex.answerFailure = err ?? new Error(`a stage threw ${String(err)} in the answer phase`)
+/**
+ * Keeps the first throw of the answer phase (a reader's, or a metric's in the relay) for the gateway,
+ * which answers and audits the request as `internal`; a thrown non-Error becomes one.
+ */
+export function noteAnswerFailure(ex: Exchange, err: unknown): void {
+  if (ex.answerFailure === null)
+    ex.answerFailure = err instanceof Error ? err : new Error(`a stage threw ${String(err)} in the answer phase`)
 }

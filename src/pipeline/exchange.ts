@@ -109,7 +109,7 @@ export class Exchange {
   /** True once answerReaders heard the outcome (it is reported once). */
   outcomeReported = false
   /** What a stage or a metric threw while the answer was relayed (pipeline/answer.ts, the relay), which they must not; null when none did. */
-  answerFailure: unknown = null
+  answerFailure: Error | null = null
   /** Set when shutdown cut this request's connection after the grace period (its audit reason says so). */
   cutAtShutdown = false
   /** True once the request was handed to the upstream (a refused or failed-before request stays false). */

@@ -5,7 +5,7 @@ import { WardlineError, describeError } from '../errors'
 import { isStream } from '../mcp/streams'
 import { LinkedList } from '../linked-list'
 import { pushCorsHeaders } from '../pipeline/cors'
-import { reportOutcome, rewriteMessage } from '../pipeline/answer'
+import { noteAnswerFailure, reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
 import { failureCode, setCause } from '../pipeline/reason'
 import type { UpstreamFailureListener } from './failures'
@@ -258,7 +258,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     try {
       this.onFailure(failure)
     } catch (err) {
-      if (this.ex.answerFailure === null) this.ex.answerFailure = err
+      noteAnswerFailure(this.ex, err)
     }
     if (!this.ex.res.headersSent) {
       this.heldHeaders = null
@@ -345,7 +345,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
       this.ex.aborted = true
       this.ex.res.destroy()
       this.resolve()
-    } else this.reject(this.ex.answerFailure instanceof Error ? this.ex.answerFailure : new Error(String(this.ex.answerFailure)))
+    } else this.reject(this.ex.answerFailure ?? new Error('a stage failed reading the answer'))
     this.controller?.abort(new Error('a stage failed reading the answer'))
   }
 
