@@ -8,7 +8,7 @@ const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 
 
 /**
  * The audit trail's metrics: requests, entries and forwarded calls counted where their audit records
- * are (AuditTrail.record), and each sink's queue, drops, spill and replay.
+ * are (AuditTrail.entriesOf), and each sink's queue, drops, spill and replay.
  *
  * The per-request metrics are plain numbers that the registry reads only when /metrics is scraped:
  * prom-client's own inc() and observe() hash and validate their labels on every call, which cost
@@ -75,7 +75,7 @@ export class AuditMetrics extends FeatureMetrics {
 
   /**
    * Refused, failed and unauthorized audit entries by tenant and by tool, counted where
-   * wardline_audit_entries_total is (AuditTrail.record), so they add up to its non-allow decisions.
+   * wardline_audit_entries_total is (AuditTrail.entriesOf), so they add up to its non-allow decisions.
    * Label values are configured names only (labelledNames), so a caller cannot mint series.
    */
   private readonly refusalsByTenant = new RefusalsByName(
@@ -92,7 +92,7 @@ export class AuditMetrics extends FeatureMetrics {
   )
   /**
    * Gated calls forwarded to the MCP server, by tool and outcome, and their upstream latency by tool;
-   * counted in AuditTrail.record from the same calls the audit entries are, with the same bounded tool
+   * counted in AuditTrail.entriesOf from the same calls the audit entries are, with the same bounded tool
    * label as the refusals.
    */
   private readonly forwardedCalls = new ForwardedCalls(

@@ -26,7 +26,7 @@ export class AuditTrail {
 
   /**
    * Reserves, in every writer, the queue slots this request's entries need if it is forwarded
-   * (entryCount), and notes the count on the request (`record` releases them). Returns null when every
+   * (entryCount), and notes the count on the request (`write` uses or releases them). Returns null when every
    * writer had room, or the request holds slots already; else the writer that had none: nothing is
    * then held anywhere, the refusal is counted in wardline_audit_backpressure_total and logged at
    * most once a minute.
@@ -58,11 +58,6 @@ export class AuditTrail {
     return null
   }
 
-  /** Writes the request's entries, using and then releasing the slots it reserved (if any). */
-  record(ex: Exchange): void {
-    this.write(ex, this.entriesOf(ex))
-  }
-
   /**
    * The request's entries, counted in the request metrics. Throws when building or counting them
    * does: the gateway then marks the request failed and writes `entriesAfterFailure` instead.
@@ -91,10 +86,10 @@ export class AuditTrail {
     }
   }
 
-  /** Hands the entries to every writer, in the slots the request reserved (if any). */
+  /** Hands the request's entries to every writer, using and then releasing the slots it reserved (if any). */
   write(ex: Exchange, entries: readonly AuditEntry[]): void {
     const reserved = ex.get(RESERVED)
-    if (reserved > 0) ex.set(RESERVED, 0) // a second record() of the same request must not release slots twice
+    if (reserved > 0) ex.set(RESERVED, 0) // a second write of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)
   }
 
