@@ -37,7 +37,8 @@ async function main(): Promise<void> {
   const mode = modeText as ExampleMode
   const configPath = process.env.WARDLINE_CONFIG ?? 'wardline.yaml'
   const config = loadConfig(configPath)
-  const upstream = new URL(config.upstream.url)
+  // With servers: the example server stands in for the first of them.
+  const upstream = new URL(config.upstream?.url ?? config.servers[0].url)
   // The example server listens where the config's upstream points, so a busy port is the `upstream`
   // key's to change: the same words as the gateway's own listen failure, naming the variable.
   const example = await startExampleServer({

@@ -5,10 +5,11 @@ import { ConfigError } from '../errors'
 import { readAdmin } from './admin'
 import { readMetrics } from './metrics'
 import { readTls } from './tls'
-import { readAuth, checkUrl } from './auth'
+import { readAuth } from './auth'
 import { readBudget } from './budget'
 import { expandEnv } from './env'
 import { readHealthCheck } from './health-check'
+import { readUpstreams } from './servers'
 import { readPolicy } from './policy'
 import { isUnterminated, setConfigOrigin } from './origin'
 import { readPostgres } from './postgres'
@@ -111,30 +112,21 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   const resolvePath = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p))
 
   const listen = readListen(r, o.listen, 'listen')
-  const upstreamUrl = readKey(r, CONFIG_SPEC, o, 'upstream', '')
-  if (o.upstream === undefined || o.upstream === null) r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001)')
-  else if (upstreamUrl) {
-    checkUrl(r, upstreamUrl, 'upstream', ['http:', 'https:'])
-    // Only scheme, host, port and a base path are used: anything else would be silently dropped.
-    const parsed = URL.canParse(upstreamUrl) ? new URL(upstreamUrl) : null
-    if (parsed && (parsed.search || parsed.hash || parsed.username || parsed.password)) {
-      r.note('upstream', 'must not have a query, a fragment or credentials (only scheme, host, port and a base path are used)')
-    }
-  }
+  const { upstream, servers, defaultServer } = readUpstreams(r, o, {
+    timeoutSeconds: readKey(r, CONFIG_SPEC, o, 'upstream_timeout_seconds', ''),
+    connections: readKey(r, CONFIG_SPEC, o, 'upstream_connections', ''),
+    healthCheck: readHealthCheck(r, o.upstream_health_check, 'upstream_health_check'),
+  })
 
   const features = readFeatures(r, o.features)
   const audit = readAudit(r, o.audit, resolvePath)
   const postgres = readPostgres(r, o.postgres)
   const admin = readAdmin(r, o.admin, listen, resolvePath)
-  const url = upstreamUrl.replace(/\/+$/, '')
   const config: Config = {
     listen,
-    upstream: {
-      url,
-      timeoutSeconds: readKey(r, CONFIG_SPEC, o, 'upstream_timeout_seconds', ''),
-      connections: readKey(r, CONFIG_SPEC, o, 'upstream_connections', ''),
-      healthCheck: readHealthCheck(r, o.upstream_health_check, 'upstream_health_check'),
-    },
+    upstream,
+    servers,
+    defaultServer,
     limits: {
       // 4 MiB, as the official SDK servers accept: a tool call that works direct must work through the gateway.
       maxBodyBytes: readKey(r, CONFIG_SPEC, o, 'max_body_bytes', ''),

@@ -204,6 +204,35 @@ export const HEALTH_CHECK = block(
   },
 )
 
+/** A server's name: the path segment after /mcp/, lower-case so that one name has one spelling. */
+export const SERVER_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/
+
+/** One entry of `servers:`: an MCP server reached at /mcp/<name>. */
+export const SERVER = block(
+  {
+    url: str({
+      required: true,
+      description:
+        "The server's MCP endpoint, path included (sse: the URL its event stream is opened at); an absolute http(s) URL without credentials, query or fragment.",
+    }),
+    transport: choice(['streamable', 'sse'], {
+      default: 'streamable',
+      description: 'streamable (Streamable HTTP: one endpoint) or sse (the legacy HTTP+SSE pair of MCP 2024-11-05).',
+    }),
+    headers: named(str({ nonEmpty: false, secret: true, description: 'A header value; ${VAR} reads it from the environment.' }), {
+      description:
+        "Sent on every request to this server, replacing a client-sent header of the same name (the server's own credentials). Values are never logged.",
+    }),
+    timeout_seconds: num(0, 3600, {
+      exclusiveMin: true,
+      description: "Time allowed until this server's response headers; past it 504. Default: upstream_timeout_seconds.",
+    }),
+    connections: int(1, 10_000, { description: 'Keep-alive connections to this server for calls. Default: upstream_connections.' }),
+    health_check: placed(HEALTH_CHECK, {}),
+  },
+  { description: 'One MCP server behind the gateway, reached at /mcp/<name>.' },
+)
+
 /** One window of a bucket, in a `limits:` list. */
 function windowItem(windowDescription: string) {
   return block(
@@ -473,24 +502,28 @@ export const CONFIG_SPEC = block({
     restart: (c) => c.listen,
   }),
   upstream: str({
-    required: true,
     description:
-      'The MCP server behind the gateway: an absolute http(s) URL without query, fragment or credentials; request paths are appended.',
-    restart: (c) => c.upstream.url,
+      'The one MCP server behind the gateway (or use servers): an absolute http(s) URL without query, fragment or credentials; request paths are appended.',
+    restart: (c) => c.upstream?.url ?? null,
   }),
+  // Reloadable: a SIGHUP adds, removes and changes servers (server/router.ts).
+  servers: named(SERVER, {
+    description: 'Several MCP servers behind the gateway, by name: each reached at /mcp/<name> (instead of upstream).',
+  }),
+  default_server: str({ description: 'A name in servers also served at /mcp.' }),
   upstream_timeout_seconds: num(0, 3600, {
     exclusiveMin: true,
     default: 30,
     description: "Time allowed until the upstream's response headers; past it 504. Never cuts a body or an SSE stream.",
-    restart: (c) => c.upstream.timeoutSeconds,
+    restart: (c) => c.upstream?.timeoutSeconds ?? null,
   }),
   upstream_connections: int(1, 10_000, {
     default: 128,
     description: 'Keep-alive connections to the upstream for calls.',
-    restart: (c) => c.upstream.connections,
+    restart: (c) => c.upstream?.connections ?? null,
   }),
   // The probe's timer and its readiness check are made once, at startup.
-  upstream_health_check: placed(HEALTH_CHECK, { restart: (c) => c.upstream.healthCheck }),
+  upstream_health_check: placed(HEALTH_CHECK, { restart: (c) => c.upstream?.healthCheck ?? null }),
   // 4 MiB, as the official SDK servers accept: a tool call that works direct must work through the gateway.
   max_body_bytes: int(1, 1024 * 1024 * 1024, {
     default: 4 * 1024 * 1024,

@@ -11,7 +11,12 @@ import type { AUTH, BUDGET, EFFECTS, HEALTH_CHECK, LOG_FORMAT, LOG_LEVEL, TOOL_R
  */
 export interface Config {
   readonly listen: { readonly host: string; readonly port: number }
-  readonly upstream: UpstreamConfig
+  /** `upstream:`: the one server, every path forwarded to it; null when `servers:` names several. */
+  readonly upstream: UpstreamConfig | null
+  /** `servers:`, in the file's order; empty with `upstream:`. Names are unique. */
+  readonly servers: readonly ServerConfig[]
+  /** `default_server`: the server also served at `/mcp`; null: `/mcp` alone names none. */
+  readonly defaultServer: string | null
   readonly limits: {
     readonly maxBodyBytes: number
     /** Deepest nesting of arrays and objects a POST body may have (the message itself is depth 1). */
@@ -113,6 +118,25 @@ export interface UpstreamConfig {
   readonly connections: number
   /** The upstream_health_check probe; null when it is off (`enabled: false`). */
   readonly healthCheck: HealthCheckConfig | null
+}
+
+/** How a server speaks MCP over HTTP: Streamable HTTP (one endpoint) or the legacy HTTP+SSE pair (2024-11-05). */
+export type ServerTransport = 'streamable' | 'sse'
+
+/**
+ * One entry of `servers:`. `url` is its MCP endpoint, path included (for `sse`, the URL its GET stream
+ * is opened at); `upstream_timeout_seconds`, `upstream_connections` and `upstream_health_check` are its
+ * defaults for `timeout_seconds`, `connections` and `health_check`.
+ */
+export interface ServerConfig extends UpstreamConfig {
+  /** `[a-z0-9][a-z0-9_-]{0,31}`: the path segment after /mcp/, and the `server` of its audit entries. */
+  readonly name: string
+  readonly transport: ServerTransport
+  /**
+   * Sent on every request to this server, replacing any client-sent header of the same name (names
+   * lower-case). Values are secrets: never logged, audited, reported or diffed.
+   */
+  readonly headers: Readonly<Record<string, string>>
 }
 
 /** Methods a health probe may send: safe ones only (RFC 9110 §9.2.1), so a probe never changes the upstream. */

@@ -12,7 +12,7 @@ const CLIENT_PATHS = ['/mcp', '/sse']
  */
 export function configWarnings(config: Config): string[] {
   const warnings: string[] = []
-  const upstream = upstreamPathWarning(config.upstream.url)
+  const upstream = config.upstream === null ? null : upstreamPathWarning(config.upstream.url)
   if (upstream !== null) warnings.push(upstream)
   return warnings
 }

@@ -73,6 +73,17 @@ export interface RpcCall {
  */
 export class Exchange {
   principal: Principal | null = null
+  /**
+   * The name of the server (config `servers:`) this request is routed to, set by the route that runs
+   * it; null with `upstream:` alone (one server, no name) and for a path that names no server.
+   */
+  server: string | null = null
+  /**
+   * The path and query sent upstream, set by the router when the gateway serves several servers
+   * (`/mcp/<name>` becomes the server's endpoint path); null: the request's own, after the upstream's
+   * base path.
+   */
+  upstreamPath: string | null = null
   /** The exact request body bytes (POST only); forwarded unchanged. */
   body: Buffer | null = null
   /** The parsed JSON-RPC messages of a POST body, in order. */

@@ -14,6 +14,7 @@ export const REASON_CODES = [
   'http.preflight',
   'http.method',
   'http.path',
+  'route.unknown_server',
   'auth.missing_token',
   'auth.invalid_token',
   'auth.keys_unavailable',

@@ -3,7 +3,7 @@ import type { AuthFeature } from '../auth/open'
 import type { BudgetFeature } from '../budget/open'
 import { ConcurrencyLimiter } from '../concurrency/limiter'
 import { type ConcurrencyStages, concurrencyStages } from '../concurrency/stage'
-import type { BudgetConfig, Config, PolicyConfig, ToolRefusals, UpstreamConfig } from '../config/types'
+import type { BudgetConfig, Config, PolicyConfig, ServerConfig, ToolRefusals, UpstreamConfig } from '../config/types'
 import { pathStage } from '../http/path-stage'
 import { httpStage } from '../http/stage'
 import { mcpHeadersStage } from '../jsonrpc/mcp-headers'
@@ -18,22 +18,30 @@ import { sessionStages } from '../session/stage'
 import { LegacyStreams } from '../upstream/legacy-streams'
 
 /**
- * What one route is configured with: the settings that may differ from one upstream server to the
- * next (where it is, its timeouts and connections, who may call what there, what a call costs, how a
- * refusal is answered). Today the one `upstream:` is the one route and these keys sit at the top of
- * the file; auth, the audit trail, sessions, the concurrency cap and the Postgres pool are shared by
- * every route.
+ * What one route is configured with: its server (where it is, its timeouts, connections and
+ * headers) and the rules every route reads (who may call what, what a call costs, how a refusal is
+ * answered: one rule set for every server, whose rules say which servers they cover). Auth, the audit
+ * trail, sessions, the concurrency cap and the Postgres pool are shared by every route.
  */
 export interface RouteConfig {
-  readonly upstream: UpstreamConfig
+  /** The server's name (`servers:`); null for the one `upstream:`. */
+  readonly server: string | null
+  readonly upstream: UpstreamConfig | ServerConfig
   readonly budget: BudgetConfig
   readonly policy: PolicyConfig | null
   readonly toolRefusals: ToolRefusals
 }
 
-/** The one route a config describes today. */
-export function routeOf(config: Config): RouteConfig {
-  return { upstream: config.upstream, budget: config.budget, policy: config.policy, toolRefusals: config.toolRefusals }
+/** The routes a config describes: one per server in `servers:`, or the one `upstream:`. */
+export function routesOf(config: Config): RouteConfig[] {
+  const rules = { budget: config.budget, policy: config.policy, toolRefusals: config.toolRefusals }
+  if (config.upstream !== null) return [{ server: null, upstream: config.upstream, ...rules }]
+  return config.servers.map((server) => ({ server: server.name, upstream: server, ...rules }))
+}
+
+/** The longest time any route allows for an upstream's response head. */
+function longestTimeoutSeconds(config: Config): number {
+  return Math.max(config.upstream?.timeoutSeconds ?? 0, ...config.servers.map((s) => s.timeoutSeconds))
 }
 
 /**
@@ -76,11 +84,12 @@ export function sharedStages(
     sessions: sessionStages(config.limits, metrics.session, log, sessionClock),
     // One limiter for the process, so the counts of requests in flight survive a reload
     // (max_concurrent_per_identity itself is a restart key). What a legacy POST owes its stream is
-    // bounded by the upstream's timeout: the one upstream's, while there is one route.
+    // bounded by the upstream's timeout: the longest of any server's at startup, so no server's
+    // legacy stream loses its slot early.
     concurrency: concurrencyStages(
       new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity),
       metrics.concurrency,
-      config.upstream.timeoutSeconds,
+      longestTimeoutSeconds(config),
     ),
     path: pathStage(),
     jsonrpc: jsonRpcStage(config.limits),

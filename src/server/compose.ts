@@ -21,11 +21,12 @@ import { UpstreamMetrics } from '../upstream/metrics'
 import { ServerMetrics } from './metrics'
 import { readTlsFiles } from '../net/tls'
 import { openPostgres, postgresStorageOn } from '../postgres/open'
-import { routeOf, sharedStages } from './chain'
+import { type RouteConfig, routesOf, sharedStages } from './chain'
 import { Lifecycle, type LifecycleParts } from './lifecycle'
 import { MetricsListener } from './metrics-listener'
 import { Reloader } from './reload'
-import { openRoute } from './route'
+import { type RouteFeature, openRoute } from './route'
+import { Router } from './router'
 import { localRoutes } from './routes'
 
 export interface GatewayOptions {
@@ -189,12 +190,17 @@ async function wire(
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
   metrics.audit.nameLabels(labelledNames(config.budget, config.policy))
   const shared = sharedStages(config, { auth, audit, budget }, metrics, log, options.sessionClock)
-  // The one route: today's single upstream. Its probe's first run goes on while the rest is wired.
-  const route = features.add(openRoute(routeOf(config), config, shared, audit.trail, metrics.upstream, log))
+  // One route per server: the one `upstream:` (every path forwarded to it, as it always was), or a
+  // router in front of the servers `servers:` names. Each probe's first run goes on while the rest is wired.
+  const open = (route: RouteConfig): RouteFeature => openRoute(route, config, shared, audit.trail, metrics.upstream, log)
+  const single = config.upstream === null ? null : features.add(open(routesOf(config)[0]))
+  const router =
+    single === null ? features.add(new Router(routesOf(config), config.defaultServer, { shared, audit: audit.trail, log, open })) : null
   const reloader = new Reloader(config, {
     log,
     swap: (current) => {
-      route.reload(routeOf(current))
+      if (single !== null) single.reload(routesOf(current)[0])
+      else router?.reload(routesOf(current), current.defaultServer)
       metrics.audit.nameLabels(labelledNames(current.budget, current.policy))
     },
     onReload: (before, after) => features.onReload(before, after),
@@ -233,9 +239,9 @@ async function wire(
     adminTls,
   )
   if (admin !== null) features.add(admin)
-  await route.firstProbe
+  await Promise.all(single !== null ? [single.firstProbe] : [...(router?.routes.values() ?? [])].map((r) => r.firstProbe))
   const parts: LifecycleParts = {
-    gateway: route.gateway,
+    gateway: single?.gateway ?? (router as Router),
     routes,
     audit: audit.trail,
     log,

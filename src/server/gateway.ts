@@ -12,7 +12,7 @@ import { Exchange } from '../pipeline/exchange'
 import { AnswerPlan } from '../pipeline/answer'
 import { NOTE, addNote, failureCode, setCause } from '../pipeline/reason'
 import { type Refusal, type Stage, finishStages, runStages } from '../pipeline/stage'
-import { CUT_AT_SHUTDOWN, type Upstream } from '../upstream/forward'
+import { CUT_AT_SHUTDOWN } from '../upstream/forward'
 import type { LegacyStreams } from '../upstream/legacy-streams'
 import { DEFAULT_LINGER, type LingerBounds, lingerOnBody } from './linger'
 import { requestId } from '../request-id'
@@ -29,10 +29,28 @@ function chainOf(stages: readonly Stage[], toolRefusals: ToolRefusals): Chain {
 }
 
 /**
+ * What the listener hands each proxied request to, and what shutdown drains: one route's Gateway, or
+ * the Router in front of several (server/router.ts).
+ */
+export interface Dispatch {
+  /** Never rejects: every request is answered and audited once. */
+  handle(req: IncomingMessage, res: ServerResponse): Promise<void>
+  /** Requests not yet audited. */
+  readonly inFlight: number
+  drain(): void
+  cutRemaining(): void
+}
+
+/** Where a route's requests go once every stage has passed them: its upstream server. */
+export interface Forwarder {
+  forward(ex: Exchange): Promise<void>
+}
+
+/**
  * Runs one proxied request through the phases (pipeline/stage.ts): the request stages, then the
  * upstream (with the answer phase) or a local answer, then the finish phase and exactly one audit record.
  */
-export class Gateway {
+export class Gateway implements Dispatch {
   /** Requests between arrival and their audit record (a linked list, not a Set: see linked-list.ts). */
   private readonly running = new LinkedList<Exchange>()
   /** The chain new requests run through; a reload swaps it whole. */
@@ -65,7 +83,7 @@ export class Gateway {
 
   constructor(
     stages: readonly Stage[],
-    private readonly upstream: Upstream,
+    private readonly upstream: Forwarder,
     private readonly audit: AuditTrail,
     private readonly log: Logger,
     toolRefusals: ToolRefusals = 'http',
@@ -73,6 +91,8 @@ export class Gateway {
     private readonly legacyStreams: LegacyStreams | null = null,
     /** How much of a body still arriving is read after an early answer (linger.ts). */
     private readonly linger: LingerBounds = DEFAULT_LINGER,
+    /** The name of the server this route reaches (`servers:`); null with `upstream:` alone. */
+    readonly server: string | null = null,
   ) {
     this.chain = chainOf(stages, toolRefusals)
   }
@@ -87,8 +107,10 @@ export class Gateway {
    * entry) answers this request 500 when nothing was sent yet, else ends its response, and the request
    * still gets exactly one audit entry (`reason_code` `internal`); every other request goes on.
    */
-  readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  readonly handle = async (req: IncomingMessage, res: ServerResponse, upstreamPath: string | null = null): Promise<void> => {
     const ex = new Exchange(req, res, requestId(), Date.now(), performance.now())
+    ex.server = this.server
+    ex.upstreamPath = upstreamPath
     const chain = this.chain
     this.running.push(ex)
     try {

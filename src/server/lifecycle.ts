@@ -7,7 +7,7 @@ import type { Closer } from '../feature'
 import { withDeadline } from '../deadline'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
-import type { Gateway } from './gateway'
+import type { Dispatch } from './gateway'
 import { boundAddress, listenOrExplain } from '../net/listen'
 import type { LocalRoutes } from './routes'
 import { type TlsMaterial, logCertificate, reloadTls } from '../net/tls'
@@ -22,7 +22,7 @@ import { type TlsMaterial, logCertificate, reloadTls } from '../net/tls'
 export type LifecycleState = 'created' | 'serving' | 'draining' | 'stopped'
 
 export interface LifecycleParts {
-  readonly gateway: Gateway
+  readonly gateway: Dispatch
   readonly routes: LocalRoutes
   readonly audit: AuditTrail
   readonly log: Logger
@@ -137,7 +137,9 @@ export class Lifecycle {
     if (tls !== null) logCertificate(this.parts.log, 'tls', tls)
     this.parts.log.info('wardline listening', {
       listen,
-      upstream: this.config.upstream.url,
+      ...(this.config.upstream !== null
+        ? { upstream: this.config.upstream.url }
+        : { servers: this.config.servers.map((s) => s.name), default_server: this.config.defaultServer }),
       auth: this.config.auth.mode,
       tls: tls === null ? 'off' : (this.config.tls?.caFile ?? null) !== null ? 'on, client certificates required' : 'on',
     })

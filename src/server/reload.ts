@@ -52,7 +52,9 @@ export class Reloader {
     const diff = diffConfigs(this.loaded, next, restartNeeded)
     this.loaded = next
     const before = this.current
-    this.current = { ...before, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals }
+    // The server map reloads too, unless the file moved between `upstream:` and `servers:` (a restart key).
+    const servers = before.upstream === null && next.upstream === null ? { servers: next.servers, defaultServer: next.defaultServer } : {}
+    this.current = { ...before, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals, ...servers }
     this.targets.swap(this.current)
     log.info('configuration reloaded: budget, policy and tool_refusals apply to new requests; budget counts kept', {
       restart_needed_for: restartNeeded,

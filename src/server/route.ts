@@ -10,6 +10,8 @@ import { lingerBounds } from './linger'
 
 /** One route: its upstream, the chain its config makes, and the Gateway that runs requests through them. */
 export interface RouteFeature extends Contribution {
+  /** What it was opened with: a reload compares a server's new settings with these. */
+  readonly config: RouteConfig
   readonly gateway: Gateway
   /** The upstream probe's first run: awaited before listening, so the first /readyz already knows. */
   readonly firstProbe: Promise<void>
@@ -29,7 +31,7 @@ export function openRoute(
   metrics: UpstreamMetrics,
   log: Logger,
 ): RouteFeature {
-  const opened = openUpstream(route.upstream, config.http.trustedProxies, metrics, log)
+  const opened = openUpstream(route.upstream, config.http.trustedProxies, metrics, log, route.server)
   const own = routeStages()
   const gateway = new Gateway(
     buildChain(route, shared, own),
@@ -39,9 +41,11 @@ export function openRoute(
     route.toolRefusals,
     own.legacyStreams,
     lingerBounds(config.limits.maxBodyBytes),
+    route.server,
   )
   return {
     ...opened,
+    config: route,
     gateway,
     reload: (next) => gateway.replaceStages(buildChain(next, shared, own), next.toolRefusals),
   }

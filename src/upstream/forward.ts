@@ -41,17 +41,23 @@ export class Upstream {
   private readonly timeoutMs: number
   private readonly forwardedHeaders: ForwardedHeaders
   private readonly deadlines: Deadlines
+  /** The server's own headers (`servers.<name>.headers`), flat [name, value, …]; client copies are dropped first. */
+  private readonly ownHeaders: readonly string[]
+  private readonly ownNames: ReadonlySet<string> | null
 
   /**
    * `trustedProxies`: peers whose X-Forwarded-* chain is extended rather than replaced (IPs, CIDRs).
    * `onFailure` hears each request the upstream failed, once (metrics and a rate-limited warning).
    */
   constructor(
-    config: UpstreamConfig,
+    config: UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> },
     trustedProxies: readonly string[] = [],
     private readonly onFailure: UpstreamFailureListener = () => undefined,
   ) {
     this.forwardedHeaders = new ForwardedHeaders(trustedProxies)
+    const own = config.headers ?? {}
+    this.ownHeaders = Object.entries(own).flat()
+    this.ownNames = this.ownHeaders.length === 0 ? null : new Set(Object.keys(own))
     const url = new URL(config.url)
     this.origin = url.origin
     this.basePath = url.pathname.replace(/\/+$/, '')
@@ -84,7 +90,8 @@ export class Upstream {
       return Promise.resolve()
     }
     const req = ex.req
-    const headers = upstreamRequestHeaders(req.rawHeaders, req.headers)
+    const headers = upstreamRequestHeaders(req.rawHeaders, req.headers, this.ownNames)
+    for (let i = 0; i < this.ownHeaders.length; i++) headers.push(this.ownHeaders[i])
     // A stage reads this answer's messages: ask for them unencoded (an encoded answer is refused below).
     if (ex.readsMessages) withoutHeader(headers, 'accept-encoding')
     if (ex.principal !== null) {
@@ -97,7 +104,7 @@ export class Upstream {
       ;(isStream(ex) ? this.streams : this.pool).dispatch(
         {
           origin: this.origin,
-          path: this.basePath + (req.url ?? '/'),
+          path: ex.upstreamPath ?? this.basePath + (req.url ?? '/'),
           method: req.method as Dispatcher.HttpMethod,
           headers,
           body: ex.body,

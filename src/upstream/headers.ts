@@ -62,13 +62,22 @@ function connectionTokens(value: string | string[] | undefined): Set<string> | n
   return tokens.length > 0 ? new Set(tokens) : null
 }
 
-/** Flat [name, value, …] list for undici, preserving the client's header order and repeats. */
-export function upstreamRequestHeaders(raw: readonly string[], parsed: IncomingHttpHeaders): string[] {
+/**
+ * Flat [name, value, …] list for undici, preserving the client's header order and repeats. `replaced`:
+ * the lower-case names the gateway sends itself to this server (its configured headers): every client
+ * copy of them is dropped, underscore spellings included.
+ */
+export function upstreamRequestHeaders(
+  raw: readonly string[],
+  parsed: IncomingHttpHeaders,
+  replaced: ReadonlySet<string> | null = null,
+): string[] {
   const named = connectionTokens(parsed.connection)
   const out: string[] = []
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i].toLowerCase()
     if (DROPPED_REQUEST.has(name) || (named !== null && named.has(name))) continue
+    if (replaced !== null && (replaced.has(name) || (name.includes('_') && replaced.has(name.replace(/_/g, '-'))))) continue
     // CGI-style upstreams read X_Wardline_Identity as X-Wardline-Identity: an underscore copy of a
     // dropped header would smuggle a forged identity past the gateway (nginx refuses such headers too).
     // The same goes for the headers the gateway reads to decide: an `Mcp_Session_Id` would put the

@@ -1,4 +1,4 @@
-import { type Counter } from 'prom-client'
+import type { Counter, Gauge } from 'prom-client'
 import { FeatureMetrics } from '../metrics-registry'
 import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './failures'
 import type { ProbeResult } from './probe'
@@ -35,23 +35,32 @@ export class UpstreamMetrics extends FeatureMetrics {
    * listener returned). Registered only here, so with the probe off none of them exists: an alert on
    * wardline_upstream_up == 0 cannot fire on a gateway that does not probe.
    */
-  upstreamProbeListener(): (result: ProbeResult) => void {
-    const up = this.gauge(
-      'wardline_upstream_up',
-      "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
-    )
-    const duration = this.gauge(
-      'wardline_upstream_probe_duration_seconds',
-      "How long the upstream's last health probe took, to the answer's head or the failure",
-    )
-    const lastUp = this.gauge(
-      'wardline_upstream_last_up_timestamp_seconds',
-      'Unix time of the last health probe that found the upstream up (0: none since start)',
-    )
+  upstreamProbeListener(server: string | null = null): (result: ProbeResult) => void {
+    const gauges = (this.probeGauges ??= {
+      up: this.gauge(
+        'wardline_upstream_up',
+        "1 when the upstream's last health probe got an answer below 500, 0 when it got a 5xx, a timeout or no connection (upstream_health_check)",
+        ['server'],
+      ),
+      duration: this.gauge(
+        'wardline_upstream_probe_duration_seconds',
+        "How long the upstream's last health probe took, to the answer's head or the failure",
+        ['server'],
+      ),
+      lastUp: this.gauge(
+        'wardline_upstream_last_up_timestamp_seconds',
+        'Unix time of the last health probe that found the upstream up (0: none since start)',
+        ['server'],
+      ),
+    })
+    // With `upstream:` alone the series carry no label, as they always have; each server's its name.
+    const labels = server === null ? {} : { server }
     return (result) => {
-      up.set(result.up ? 1 : 0)
-      duration.set(result.durationSeconds)
-      if (result.up) lastUp.set(result.at / 1000)
+      gauges.up.set(labels, result.up ? 1 : 0)
+      gauges.duration.set(labels, result.durationSeconds)
+      if (result.up) gauges.lastUp.set(labels, result.at / 1000)
     }
   }
+
+  private probeGauges: { up: Gauge<'server'>; duration: Gauge<'server'>; lastUp: Gauge<'server'> } | null = null
 }

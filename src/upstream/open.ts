@@ -24,6 +24,8 @@ export function openUpstream(
   trustedProxies: readonly string[],
   metrics: UpstreamMetrics,
   log: Logger,
+  /** The server's name (`servers:`), labelling its probe's series; null for the one `upstream:`. */
+  server: string | null = null,
 ): UpstreamFeature {
   const upstream = new Upstream(
     config,
@@ -35,7 +37,7 @@ export function openUpstream(
   let firstProbe = Promise.resolve()
   const healthCheck = config.healthCheck
   if (healthCheck !== null) {
-    const probe = new UpstreamProbe(healthCheck, config.url, log, metrics.upstreamProbeListener())
+    const probe = new UpstreamProbe(healthCheck, config.url, log, metrics.upstreamProbeListener(server))
     closers.push(() => probe.close())
     readiness.push(probe.readiness())
     firstProbe = probe.start()

@@ -95,7 +95,7 @@ describe('configuration loading', () => {
   test('${VAR} and ${VAR:-default} come from the environment; a missing one is named', () => {
     const text = 'upstream: ${UP}\nlisten: ${LISTEN:-0.0.0.0:9000}\nauth: { mode: header }\naudit: { output: "${AUDIT_PATH}" }\n'
     const config = parseConfig(text, { env: { UP: 'http://mcp:3001', AUDIT_PATH: 'logs/a.jsonl' }, baseDir: '/srv' })
-    expect(config.upstream.url).toBe('http://mcp:3001')
+    expect(config.upstream!.url).toBe('http://mcp:3001')
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 9000 })
     expect(config.audit.output).toBe('/srv/logs/a.jsonl')
     expect(problems(text, { UP: 'http://mcp:3001' })).toEqual(['audit.output: environment variable AUDIT_PATH is not set'])

@@ -501,8 +501,8 @@ describe('one source: the schema and check-config agree, key by key', () => {
     const config = parse(BASE)
     const read: Record<string, (c: ReturnType<typeof parse>) => unknown> = {
       listen: (c) => `${c.listen.host}:${c.listen.port}`,
-      upstream_timeout_seconds: (c) => c.upstream.timeoutSeconds,
-      upstream_connections: (c) => c.upstream.connections,
+      upstream_timeout_seconds: (c) => c.upstream!.timeoutSeconds,
+      upstream_connections: (c) => c.upstream!.connections,
       max_body_bytes: (c) => c.limits.maxBodyBytes,
       max_json_depth: (c) => c.limits.maxJsonDepth,
       max_batch_messages: (c) => c.limits.maxBatchMessages,
@@ -585,7 +585,7 @@ describe('numbers and booleans from ${VAR}', () => {
         baseDir: '/srv',
       },
     )
-    expect([config.limits.maxBodyBytes, config.upstream.timeoutSeconds, config.features.budgetEnforcement]).toEqual([1000, 2.5, true])
+    expect([config.limits.maxBodyBytes, config.upstream!.timeoutSeconds, config.features.budgetEnforcement]).toEqual([1000, 2.5, true])
     expect(configProblems(`${base}max_body_bytes: "1024"\nfeatures: { budget_enforcement: "true" }\n`).sort()).toEqual([
       'features.budget_enforcement: must be true or false',
       'max_body_bytes: must be a whole number',

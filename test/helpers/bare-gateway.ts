@@ -39,7 +39,7 @@ export async function startBareGateway(options: {
     [new AuditWriter(await JsonlAuditSink.open(auditFile), silentLogger(), { maxQueueEntries: 10_000 })],
     options.metrics ?? new AuditMetrics(),
   )
-  const relay = new Upstream(config.upstream)
+  const relay = new Upstream(config.upstream!)
   const gateway = new Gateway(options.stages(config, audit), relay, audit, silentLogger())
   const lifecycle = new Lifecycle(config, {
     gateway,

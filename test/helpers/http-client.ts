@@ -11,10 +11,19 @@ export interface Reply {
   body: string
 }
 
-/** One request with every header as given; resolves with the whole answer. */
-export function send(url: string, method: string, headers: Record<string, string | string[]>, body?: string): Promise<Reply> {
+/**
+ * One request with every header as given; resolves with the whole answer. `path`: the request target
+ * exactly as given (a URL string would have its dot segments and percent-encodings normalised).
+ */
+export function send(
+  url: string,
+  method: string,
+  headers: Record<string, string | string[]>,
+  body?: string,
+  path?: string,
+): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method, headers }, (res) => {
+    const req = request(url, { method, headers, ...(path === undefined ? {} : { path }) }, (res) => {
       readAll(res).then((text) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }), reject)
     })
     req.on('error', reject)

@@ -116,7 +116,7 @@ test.each(gateways)('%s mounts the example config, which validates and agrees wi
   expect(dsn.pathname).toBe(`/${base.services.postgres.environment?.POSTGRES_DB}`)
   expect(dsn.username).toBe(base.services.postgres.environment?.POSTGRES_USER)
   // The upstream is the example server service, on the port it is started with.
-  const upstream = new URL(config.upstream.url)
+  const upstream = new URL(config.upstream!.url)
   const mcp = base.services['mcp-server']
   expect(upstream.hostname).toBe('mcp-server')
   expect(mcp.command).toEqual(expect.arrayContaining(['--port', upstream.port, '--host', '0.0.0.0']))

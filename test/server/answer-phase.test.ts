@@ -77,7 +77,7 @@ async function rig(answer: Answer, extra: (events: string[]) => Stage[], upstrea
     new AuditMetrics(),
   )
   const events: string[] = []
-  const relay = new Upstream({ ...config.upstream, timeoutSeconds: 2 })
+  const relay = new Upstream({ ...config.upstream!, timeoutSeconds: 2 })
   const gateway = new Gateway([jsonRpcStage(config.limits), ...extra(events)], relay, audit, silentLogger())
   const server: Server = createServer((req, res) => void gateway.handle(req, res))
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))

@@ -4,7 +4,7 @@ import { openAuth } from '../../src/auth/open'
 import { openBudget } from '../../src/budget/open'
 import type { Config } from '../../src/config/types'
 import { createLogger } from '../../src/log'
-import { type SharedStages, buildChain, routeOf, routeStages, sharedStages } from '../../src/server/chain'
+import { type SharedStages, buildChain, routesOf, routeStages, sharedStages } from '../../src/server/chain'
 import { gatewayMetrics } from '../../src/server/compose'
 import { configFrom, tempDir } from '../helpers/harness'
 
@@ -52,7 +52,7 @@ describe('buildChain: the stage order of one route', () => {
     )
     const { stages, close } = await shared(config)
     try {
-      expect(buildChain(routeOf(config), stages, routeStages()).map((s) => s.name)).toEqual([
+      expect(buildChain(routesOf(config)[0], stages, routeStages()).map((s) => s.name)).toEqual([
         ...LEADING,
         'legacy-streams',
         'policy',
@@ -69,7 +69,7 @@ describe('buildChain: the stage order of one route', () => {
     const config = configFrom(tree())
     const { stages, close } = await shared(config)
     try {
-      expect(buildChain(routeOf(config), stages, routeStages()).map((s) => s.name)).toEqual(LEADING)
+      expect(buildChain(routesOf(config)[0], stages, routeStages()).map((s) => s.name)).toEqual(LEADING)
     } finally {
       await close()
     }
@@ -79,7 +79,7 @@ describe('buildChain: the stage order of one route', () => {
     const config = configFrom(tree({ features: { budget_enforcement: true }, policy: { default: 'deny', rules: [], filter_lists: false } }))
     const { stages, close } = await shared(config)
     try {
-      const open = routeOf(config)
+      const open = routesOf(config)[0]
       const closed: typeof open = { ...open, policy: null, toolRefusals: 'http' }
       const a = buildChain(open, stages, routeStages())
       const b = buildChain(closed, stages, routeStages())
