@@ -222,6 +222,7 @@ async function wire(
     isShuttingDown: draining,
     beforeMetrics: () => audit.trail.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
+    servers: router,
     readyDetails: () => features.readyDetails(),
     metricsElsewhere: config.metrics !== null,
   })
