@@ -106,6 +106,8 @@ export class Router implements Dispatch, Contribution {
   private retireTimer: NodeJS.Timeout | null = null
   /** Shutdown released the routes: a reload now would open pools nothing closes. */
   private closed = false
+  /** Retired routes being closed now: shutdown waits for them as for the others. */
+  private readonly closing = new Set<Promise<void>>()
   private readonly unknown: Gateway
   readonly closers: readonly Closer[] = [() => this.close()]
   readonly readiness: readonly ReadinessCheck[]
@@ -236,7 +238,8 @@ export class Router implements Dispatch, Contribution {
     for (const feature of this.retired) {
       if (feature.gateway.inFlight > 0) continue
       this.retired.delete(feature)
-      void closeRoute(feature, this.deps.log)
+      const closed = closeRoute(feature, this.deps.log).finally(() => this.closing.delete(closed))
+      this.closing.add(closed)
     }
     if (this.retired.size === 0 && this.retireTimer !== null) {
       clearInterval(this.retireTimer)
@@ -258,7 +261,7 @@ export class Router implements Dispatch, Contribution {
     const all = [...[...this.byName.values()].map((r) => r.feature), ...this.retired]
     this.byName = new Map()
     this.retired.clear()
-    await Promise.all(all.map((f) => closeRoute(f, this.deps.log)))
+    await Promise.all([...all.map((f) => closeRoute(f, this.deps.log)), ...this.closing])
   }
 }
 
