@@ -1,6 +1,7 @@
 import type { AuthConfig } from '../config/types'
 import type { Exchange, Principal } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { bearerChallenge } from './resource-metadata'
 import { ALL_IDENTITIES, type Revocation, type RevocationList } from './revocations'
 
 /**
@@ -14,10 +15,17 @@ import { ALL_IDENTITIES, type Revocation, type RevocationList } from './revocati
  * The list is read in memory: with none revoked the stage costs one property read.
  */
 export function revocationStage(list: RevocationList, config: AuthConfig, onRefused?: () => void): Stage {
-  const challenge = `Bearer realm="wardline"${config.resourceMetadataUrl ? `, resource_metadata="${config.resourceMetadataUrl}"` : ''}`
-  const headers = {
-    'www-authenticate': `${challenge}, error="invalid_token", error_description="revoked"`,
-    'cache-control': 'no-store',
+  const challenge = bearerChallenge(config)
+  // One set of headers per challenge (one per server at most), made at its first refusal.
+  const byChallenge = new Map<string, Readonly<Record<string, string>>>()
+  const headersOf = (ex: Exchange): Readonly<Record<string, string>> => {
+    const text = challenge(ex)
+    let headers = byChallenge.get(text)
+    if (headers === undefined) {
+      headers = { 'www-authenticate': `${text}, error="invalid_token", error_description="revoked"`, 'cache-control': 'no-store' }
+      byChallenge.set(text, headers)
+    }
+    return headers
   }
   return {
     name: 'revocation',
@@ -28,7 +36,7 @@ export function revocationStage(list: RevocationList, config: AuthConfig, onRefu
       const revocation = list.find(principal, Date.now())
       if (revocation === null) return CONTINUE
       onRefused?.()
-      return revoked(revocation, principal, headers)
+      return revoked(revocation, principal, headersOf(ex))
     },
   }
 }

@@ -1,6 +1,7 @@
 import type { AuthConfig } from '../config/types'
 import type { Exchange, Principal } from '../pipeline/exchange'
 import { CONTINUE, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
+import { bearerChallenge } from './resource-metadata'
 
 /** What an authenticator concluded: the caller, or why not (for the audit reason and the 401). */
 export type AuthResult = Principal | AuthFailure
@@ -32,7 +33,7 @@ export function isFailure(result: AuthResult): result is AuthFailure {
 
 /** Right after the Host/Origin check (http stage): no request reaches anything else without a verified caller. */
 export function authStage(authenticator: Authenticator, config: AuthConfig): Stage {
-  const challenge = `Bearer realm="wardline"${config.resourceMetadataUrl ? `, resource_metadata="${config.resourceMetadataUrl}"` : ''}`
+  const challenge = bearerChallenge(config)
   return {
     name: 'auth',
     run(ex: Exchange) {
@@ -46,8 +47,8 @@ export function authStage(authenticator: Authenticator, config: AuthConfig): Sta
   }
 }
 
-function verdictOf(ex: Exchange, result: AuthResult, challenge: string): Verdict {
-  if (isFailure(result)) return unauthorized(result, challenge)
+function verdictOf(ex: Exchange, result: AuthResult, challenge: (ex: Exchange) => string): Verdict {
+  if (isFailure(result)) return unauthorized(result, challenge(ex))
   ex.principal = result
   return CONTINUE
 }

@@ -29,8 +29,11 @@ export class LegacyOwed {
 
   constructor(
     private readonly limiter: ConcurrencyLimiter,
-    /** upstream_timeout_seconds in ms: the longest a slot is owed after its POST ended. */
-    private readonly timeoutMs: number,
+    /**
+     * upstream_timeout_seconds in ms: the longest a slot is owed after its POST ended. Read when a POST
+     * ends, so a reload that adds a server with a longer timeout raises it for the next ones.
+     */
+    private readonly timeoutMs: () => number,
   ) {}
 
   /**
@@ -74,7 +77,7 @@ export class LegacyOwed {
     ex.set(OWED, null)
     if (owed.remaining > 0 && !owed.settled && ex.forwarded && ex.status >= 200 && ex.status <= 299) {
       owed.held = true
-      owed.timer = setTimeout(expire, this.timeoutMs, owed, this.limiter)
+      owed.timer = setTimeout(expire, this.timeoutMs(), owed, this.limiter)
       owed.timer.unref()
       return true
     }

@@ -64,7 +64,8 @@ export interface ConcurrencyStages {
 export function concurrencyStages(
   limiter: ConcurrencyLimiter,
   metrics: ConcurrencyMetrics,
-  upstreamTimeoutSeconds = 30,
+  /** The longest upstream timeout of any route, read when a legacy POST ends (legacy-owed.ts). */
+  upstreamTimeoutSeconds: () => number = () => 30,
 ): ConcurrencyStages {
   const refusal: Refusal = {
     status: 429,
@@ -81,7 +82,7 @@ export function concurrencyStages(
   const streamLimit = 2 * limiter.maxPerKey
   // In the stages every reload reuses (server/chain.ts), like the limiter: pending counts survive a reload.
   const pending = new ConcurrencyLimiter(PENDING_BODIES)
-  const legacy = new LegacyOwed(limiter, upstreamTimeoutSeconds * 1000)
+  const legacy = new LegacyOwed(limiter, () => upstreamTimeoutSeconds() * 1000)
   const slot: Stage = {
     name: 'concurrency',
     // Every GET stream's messages: a legacy /sse stream carries the answers its session's POSTs owe.

@@ -40,7 +40,7 @@ export function routesOf(config: Config): RouteConfig[] {
 }
 
 /** The longest time any route allows for an upstream's response head. */
-function longestTimeoutSeconds(config: Config): number {
+export function longestTimeoutSeconds(config: Config): number {
   return Math.max(config.upstream?.timeoutSeconds ?? 0, ...config.servers.map((s) => s.timeoutSeconds))
 }
 
@@ -61,6 +61,11 @@ export interface SharedStages {
   /** Each route's budget stage, counted in the one store; null while features.budget_enforcement is off. */
   readonly budget: ((config: BudgetConfig) => Stage) | null
   readonly log: Logger
+  /**
+   * A reload's servers: a longer timeout than any so far raises what a legacy POST may owe its stream.
+   * Never lowered: a removed server's streams run on until they end.
+   */
+  noteTimeouts(config: Config): void
 }
 
 export interface SharedFeatures {
@@ -77,6 +82,7 @@ export function sharedStages(
   sessionClock?: () => number,
 ): SharedStages {
   const { auth, audit, budget } = features
+  let longest = longestTimeoutSeconds(config)
   return {
     http: httpStage(config.http),
     auth: auth.auth,
@@ -84,19 +90,18 @@ export function sharedStages(
     sessions: sessionStages(config.limits, metrics.session, log, sessionClock),
     // One limiter for the process, so the counts of requests in flight survive a reload
     // (max_concurrent_per_identity itself is a restart key). What a legacy POST owes its stream is
-    // bounded by the upstream's timeout: the longest of any server's at startup, so no server's
-    // legacy stream loses its slot early.
-    concurrency: concurrencyStages(
-      new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity),
-      metrics.concurrency,
-      longestTimeoutSeconds(config),
-    ),
+    // bounded by the upstream's timeout: the longest of any server's so far, so no server's legacy
+    // stream loses its slot early.
+    concurrency: concurrencyStages(new ConcurrencyLimiter(config.limits.maxConcurrentPerIdentity), metrics.concurrency, () => longest),
     path: pathStage(),
     jsonrpc: jsonRpcStage(config.limits),
     mcpHeaders: mcpHeadersStage(),
     auditReservation: audit.reservation,
     budget: budget === null ? null : (cfg) => budget.stage(cfg),
     log,
+    noteTimeouts: (next) => {
+      longest = Math.max(longest, longestTimeoutSeconds(next))
+    },
   }
 }
 

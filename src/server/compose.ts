@@ -195,12 +195,23 @@ async function wire(
   const open = (route: RouteConfig): RouteFeature => openRoute(route, config, shared, audit.trail, metrics.upstream, log)
   const single = config.upstream === null ? null : features.add(open(routesOf(config)[0]))
   const router =
-    single === null ? features.add(new Router(routesOf(config), config.defaultServer, { shared, audit: audit.trail, log, open })) : null
+    single === null
+      ? features.add(
+          new Router(routesOf(config), config.defaultServer, {
+            shared,
+            audit: audit.trail,
+            log,
+            open,
+            forget: (name) => metrics.upstream.forgetServer(name),
+          }),
+        )
+      : null
   const reloader = new Reloader(config, {
     log,
     swap: (current) => {
       if (single !== null) single.reload(routesOf(current)[0])
       else router?.reload(routesOf(current), current.defaultServer)
+      shared.noteTimeouts(current)
       metrics.audit.nameLabels(labelledNames(current.budget, current.policy))
     },
     onReload: (before, after) => features.onReload(before, after),
@@ -211,6 +222,7 @@ async function wire(
     isShuttingDown: draining,
     beforeMetrics: () => audit.trail.observeQueues(),
     resourceMetadata: config.auth.resourceMetadata,
+    servers: router,
     readyDetails: () => features.readyDetails(),
     metricsElsewhere: config.metrics !== null,
   })

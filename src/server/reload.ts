@@ -50,12 +50,15 @@ export class Reloader {
     if (lost.length > 0) throw new ConfigError(lost)
     const restartNeeded = keysNeedingRestart(this.current, next)
     const diff = diffConfigs(this.loaded, next, restartNeeded)
-    this.loaded = next
     const before = this.current
     // The server map reloads too, unless the file moved between `upstream:` and `servers:` (a restart key).
     const servers = before.upstream === null && next.upstream === null ? { servers: next.servers, defaultServer: next.defaultServer } : {}
-    this.current = { ...before, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals, ...servers }
-    this.targets.swap(this.current)
+    const current = { ...before, budget: next.budget, policy: next.policy, toolRefusals: next.toolRefusals, ...servers }
+    // Swapped before anything is kept: a server that cannot be opened throws, and the config in force,
+    // and the one the next reload's diff starts from, stay as they were.
+    this.targets.swap(current)
+    this.loaded = next
+    this.current = current
     log.info('configuration reloaded: budget, policy and tool_refusals apply to new requests; budget counts kept', {
       restart_needed_for: restartNeeded,
       ...diff.summary,

@@ -15,6 +15,8 @@ export interface RouteFeature extends Contribution {
   readonly gateway: Gateway
   /** The upstream probe's first run: awaited before listening, so the first /readyz already knows. */
   readonly firstProbe: Promise<void>
+  /** Stops the probe alone (a route a reload retired: its connections stay for the requests still running). */
+  readonly stopProbe: () => Promise<void>
   /** Swaps in the chain `next` makes; requests already running keep the chain they started with. */
   reload(next: RouteConfig): void
 }

@@ -87,6 +87,8 @@ export interface RouterDeps {
   readonly log: Logger
   /** Opens one route (its upstream, probe and chain). */
   readonly open: (route: RouteConfig) => RouteFeature
+  /** A server a reload removed: what is kept under its name elsewhere (its probe's metric series) goes. */
+  readonly forget?: (server: string) => void
 }
 
 /**
@@ -102,6 +104,10 @@ export class Router implements Dispatch, Contribution {
   /** Routes removed or replaced by a reload, until their last request ends. */
   private readonly retired = new Set<RouteFeature>()
   private retireTimer: NodeJS.Timeout | null = null
+  /** Shutdown released the routes: a reload now would open pools nothing closes. */
+  private closed = false
+  /** Retired routes being closed now: shutdown waits for them as for the others. */
+  private readonly closing = new Set<Promise<void>>()
   private readonly unknown: Gateway
   readonly closers: readonly Closer[] = [() => this.close()]
   readonly readiness: readonly ReadinessCheck[]
@@ -156,32 +162,73 @@ export class Router implements Dispatch, Contribution {
   /**
    * A reload: servers whose settings are unchanged keep their connections and take the new rules;
    * new ones are opened; removed and changed ones stop taking requests now and close once their
-   * last running request (a stream included) has ended.
+   * last running request (a stream included) has ended. All or nothing: a server that cannot be
+   * opened fails the reload with an error naming it, and the map in force stays as it was.
    */
   reload(routes: readonly RouteConfig[], defaultServer: string | null): void {
+    if (this.closed) throw new Error('the gateway is shutting down: its servers are not reloaded')
     this.swap(routes, defaultServer)
+  }
+
+  /** True when `name` is a server new requests reach now. */
+  has(name: string): boolean {
+    return this.byName.has(name)
   }
 
   private swap(routes: readonly RouteConfig[], defaultServer: string | null): void {
     const next = new Map<string, OpenRoute>()
-    for (const config of routes) {
-      const name = config.server ?? ''
-      const open = this.byName.get(name)
-      if (open !== undefined && sameServer(open.feature.config, config)) {
-        open.feature.reload(config)
-        next.set(name, open)
-        continue
+    const kept: Array<[RouteFeature, RouteConfig]> = []
+    const opened: RouteFeature[] = []
+    try {
+      // Every new route first: until all are open nothing running has changed, and those opened so far
+      // are closed again when one fails.
+      for (const config of routes) {
+        const name = config.server ?? ''
+        const open = this.byName.get(name)
+        if (open !== undefined && sameServer(open.feature.config, config)) {
+          kept.push([open.feature, config])
+          next.set(name, open)
+          continue
+        }
+        const feature = this.openOne(config)
+        opened.push(feature)
+        const legacy = 'transport' in config.upstream && config.upstream.transport === 'sse'
+        next.set(name, { feature, endpoint: new URL(config.upstream.url).pathname, legacy })
       }
-      const feature = this.deps.open(config)
-      const legacy = 'transport' in config.upstream && config.upstream.transport === 'sse'
-      next.set(name, { feature, endpoint: new URL(config.upstream.url).pathname, legacy })
+    } catch (err) {
+      for (const feature of opened) void closeRoute(feature, this.deps.log)
+      throw err
     }
-    for (const [name, open] of this.byName) if (next.get(name) !== open) this.retire(open.feature)
+    for (const [feature, config] of kept) feature.reload(config)
+    const before = this.byName
     this.byName = next
     this.defaultRoute = defaultServer === null ? null : (next.get(defaultServer) ?? null)
+    for (const [name, open] of before) {
+      if (next.get(name) === open) continue
+      this.retire(open.feature)
+      if (!next.has(name)) this.deps.forget?.(name)
+    }
+  }
+
+  /** Opens one route; a failure says which server, so the rejected reload names it. */
+  private openOne(config: RouteConfig): RouteFeature {
+    let feature: RouteFeature
+    try {
+      feature = this.deps.open(config)
+    } catch (err) {
+      throw new Error(`server ${JSON.stringify(config.server)} could not be opened: ${describeError(err)}`, { cause: err })
+    }
+    // Opened after startup, its first probe is not awaited: /readyz says "not probed yet" until it ends.
+    feature.firstProbe.catch((err: unknown) =>
+      this.deps.log.error('a server probe failed to start', { server: config.server, error: describeError(err) }),
+    )
+    return feature
   }
 
   private retire(feature: RouteFeature): void {
+    // Its probe stops now: no readiness reads it, and its series carry the server's name, which a
+    // changed server's new probe reports on from now on.
+    void feature.stopProbe().catch(() => undefined)
     this.retired.add(feature)
     this.retireTimer ??= setInterval(() => this.closeIdle(), RETIRE_POLL_MS).unref()
   }
@@ -191,7 +238,8 @@ export class Router implements Dispatch, Contribution {
     for (const feature of this.retired) {
       if (feature.gateway.inFlight > 0) continue
       this.retired.delete(feature)
-      void closeRoute(feature, this.deps.log)
+      const closed = closeRoute(feature, this.deps.log).finally(() => this.closing.delete(closed))
+      this.closing.add(closed)
     }
     if (this.retired.size === 0 && this.retireTimer !== null) {
       clearInterval(this.retireTimer)
@@ -207,12 +255,13 @@ export class Router implements Dispatch, Contribution {
 
   /** Shutdown, once every request has ended: every route's connections and probes. */
   private async close(): Promise<void> {
+    this.closed = true
     if (this.retireTimer !== null) clearInterval(this.retireTimer)
     this.retireTimer = null
     const all = [...[...this.byName.values()].map((r) => r.feature), ...this.retired]
     this.byName = new Map()
     this.retired.clear()
-    await Promise.all(all.map((f) => closeRoute(f, this.deps.log)))
+    await Promise.all([...all.map((f) => closeRoute(f, this.deps.log)), ...this.closing])
   }
 }
 

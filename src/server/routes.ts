@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { ResourceMetadata } from '../config/types'
 import type { ServerMetrics } from './metrics'
 import { type ReadinessCheck, SharedReadiness } from '../readiness'
+import { PROTECTED_RESOURCE, metadataDocument, serverResource } from '../auth/resource-metadata'
 
 export interface LocalRoutes {
   /** Answers the request when it is one of the gateway's own endpoints; false means "proxy it". */
@@ -17,6 +18,11 @@ export interface RouteDeps {
   readonly isShuttingDown: () => boolean
   readonly beforeMetrics: () => void
   readonly resourceMetadata: ResourceMetadata | null
+  /**
+   * With `servers:`: whether a name is a server new requests reach now (a reload changes the answer),
+   * so that each has its own metadata document; null with `upstream:` alone.
+   */
+  readonly servers?: { has(name: string): boolean } | null
   /** Extra fields for the /readyz body (budget fail-opens in the last minute…). */
   readonly readyDetails?: () => Record<string, unknown>
   /** How long a readiness result is reused (default 1000 ms; see SharedReadiness). */
@@ -27,7 +33,8 @@ export interface RouteDeps {
   readonly metricsElsewhere?: boolean
 }
 
-const PROTECTED_RESOURCE = '/.well-known/oauth-protected-resource'
+/** Where each server's own metadata document is (`servers:`): the well-known segment, then its path /mcp/<name>. */
+const SERVER_RESOURCE = `${PROTECTED_RESOURCE}/mcp/`
 
 /**
  * OAuth and OpenID discovery documents, in every form MCP clients try (the SDK's and mcp-remote's
@@ -54,15 +61,20 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
   // wardline_ready asks the same shared checks at scrape time: a scrape within a second of a probe
   // reuses its result, and scrapes and probes together still cost at most one ping at a time.
   deps.metrics.observeReadiness(async () => (await readiness(deps, checks)).ok)
-  const metadataBody =
-    deps.resourceMetadata === null
-      ? null
-      : JSON.stringify({
-          resource: deps.resourceMetadata.resource,
-          authorization_servers: deps.resourceMetadata.authorizationServers,
-          ...(deps.resourceMetadata.scopesSupported.length ? { scopes_supported: deps.resourceMetadata.scopesSupported } : {}),
-          bearer_methods_supported: ['header'],
-        })
+  const metadata = deps.resourceMetadata
+  const metadataBody = metadata === null ? null : metadataDocument(metadata, metadata.resource)
+  const servers = deps.servers ?? null
+  // Each server's document, made at its first request: one per name a config ever held.
+  const serverBodies = new Map<string, string>()
+  /** The document at `path` (below the well-known segment), or null for a server not in the map. */
+  const metadataAt = (path: string): string | null => {
+    if (servers === null || metadata === null || !path.startsWith(SERVER_RESOURCE)) return metadataBody
+    const name = path.slice(SERVER_RESOURCE.length)
+    if (!servers.has(name)) return null
+    let body = serverBodies.get(name)
+    if (body === undefined) serverBodies.set(name, (body = metadataDocument(metadata, serverResource(metadata.resource, name))))
+    return body
+  }
   const serveMetrics = (res: ServerResponse): void => {
     // A gauge refreshed here that throws costs this scrape a 500, as a collector that throws does; in the
     // request listener it would be an uncaught exception, which stops the gateway.
@@ -100,8 +112,14 @@ export function localRoutes(deps: RouteDeps): LocalRoutes {
         return true
       }
       if (metadataBody !== null && (path === PROTECTED_RESOURCE || path.startsWith(`${PROTECTED_RESOURCE}/`))) {
+        const body = metadataAt(path)
+        if (body === null) {
+          // A name no server has (any more): a client is told of no resource the gateway does not serve.
+          notFound(req, res)
+          return true
+        }
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' })
-        res.end(metadataBody)
+        res.end(body)
         return true
       }
       // The gateway is the OAuth resource server its clients see: an upstream's own discovery documents

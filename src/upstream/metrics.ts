@@ -62,5 +62,12 @@ export class UpstreamMetrics extends FeatureMetrics {
     }
   }
 
+  /** A server a reload removed: its probe series go, rather than report its last result for ever. */
+  forgetServer(server: string): void {
+    const gauges = this.probeGauges
+    if (gauges === null) return
+    for (const gauge of [gauges.up, gauges.duration, gauges.lastUp]) gauge.remove({ server })
+  }
+
   private probeGauges: { up: Gauge<'server'>; duration: Gauge<'server'>; lastUp: Gauge<'server'> } | null = null
 }

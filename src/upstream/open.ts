@@ -12,6 +12,8 @@ export interface UpstreamFeature extends Contribution {
   readonly upstream: Upstream
   /** The probe's first run (which logs what it found); resolved at once without a probe. */
   readonly firstProbe: Promise<void>
+  /** Stops the probe (also one of the closers); resolved at once without a probe. */
+  readonly stopProbe: () => Promise<void>
 }
 
 /**
@@ -35,12 +37,14 @@ export function openUpstream(
   const closers: Closer[] = [() => upstream.destroy()]
   const readiness: ReadinessCheck[] = []
   let firstProbe = Promise.resolve()
+  let stopProbe = (): Promise<void> => Promise.resolve()
   const healthCheck = config.healthCheck
   if (healthCheck !== null) {
     const probe = new UpstreamProbe(healthCheck, config.url, log, metrics.upstreamProbeListener(server))
-    closers.push(() => probe.close())
+    stopProbe = () => probe.close()
+    closers.push(stopProbe)
     readiness.push(probe.readiness())
     firstProbe = probe.start()
   }
-  return { upstream, firstProbe, closers, readiness }
+  return { upstream, firstProbe, stopProbe, closers, readiness }
 }
