@@ -85,7 +85,7 @@ export function listPolicy(): PolicyConfig {
   const base = syntheticPolicy(100)
   return {
     ...base,
-    rules: [{ identity: READER, tenant: null, method: 'tools/call', target: 'write_*', effect: 'deny' }, ...base.rules],
+    rules: [{ identity: READER, tenant: null, method: 'tools/call', target: 'write_*', server: '*', effect: 'deny' }, ...base.rules],
   }
 }
 

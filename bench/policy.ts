@@ -39,28 +39,49 @@ export function syntheticPolicy(ruleCount: number, shape: PolicyShape = 'typical
   const effect = (i: number): Effect => (i % 3 === 0 ? 'deny' : 'allow')
   for (let i = 0; rules.length < ruleCount - 2; i++) {
     if (shape === 'globs') {
-      rules.push({ identity: `svc-${i}-*`, tenant: null, method: 'tools/call', target: `tool_${i}_*`, effect: effect(i) })
+      rules.push({ identity: `svc-${i}-*`, tenant: null, method: 'tools/call', target: `tool_${i}_*`, server: '*', effect: effect(i) })
       continue
     }
     switch (i % 5) {
       case 0:
-        rules.push({ identity: `user-${i}`, tenant: null, method: 'tools/call', target: `tool-${i % 50}`, effect: effect(i) })
+        rules.push({ identity: `user-${i}`, tenant: null, method: 'tools/call', target: `tool-${i % 50}`, server: '*', effect: effect(i) })
         break
       case 1:
-        rules.push({ identity: `user-${i}`, tenant: `tenant-${i % 20}`, method: 'tools/call', target: `read_${i}_*`, effect: effect(i) })
+        rules.push({
+          identity: `user-${i}`,
+          tenant: `tenant-${i % 20}`,
+          method: 'tools/call',
+          target: `read_${i}_*`,
+          server: '*',
+          effect: effect(i),
+        })
         break
       case 2:
-        rules.push({ identity: FAMILIES[i % FAMILIES.length], tenant: null, method: 'tools/call', target: `tool-${i}`, effect: effect(i) })
+        rules.push({
+          identity: FAMILIES[i % FAMILIES.length],
+          tenant: null,
+          method: 'tools/call',
+          target: `tool-${i}`,
+          server: '*',
+          effect: effect(i),
+        })
         break
       case 3:
-        rules.push({ identity: '*', tenant: `tenant-${i}`, method: 'resources/read', target: `example://${i}/*`, effect: effect(i) })
+        rules.push({
+          identity: '*',
+          tenant: `tenant-${i}`,
+          method: 'resources/read',
+          target: `example://${i}/*`,
+          server: '*',
+          effect: effect(i),
+        })
         break
       default:
-        rules.push({ identity: `user-${i}`, tenant: null, method: 'prompts/get', target: `prompt-${i}`, effect: effect(i) })
+        rules.push({ identity: `user-${i}`, tenant: null, method: 'prompts/get', target: `prompt-${i}`, server: '*', effect: effect(i) })
     }
   }
-  rules.push({ identity: 'ci-*', tenant: null, method: '*', target: 'admin_*', effect: 'deny' })
-  rules.push({ identity: '*', tenant: 'trial', method: 'tools/call', target: '*', effect: 'deny' })
+  rules.push({ identity: 'ci-*', tenant: null, method: '*', target: 'admin_*', server: '*', effect: 'deny' })
+  rules.push({ identity: '*', tenant: 'trial', method: 'tools/call', target: '*', server: '*', effect: 'deny' })
   return { default: 'allow', rules, source: 'bench', filterLists: true }
 }
 

@@ -47,6 +47,7 @@ function jsonLine(e: AuditEntry): string {
   if (e.reason_code !== undefined) line += ',"reason_code":"' + jsonInner(e.reason_code) + '"'
   if (e.reason !== undefined) line += ',"reason":"' + jsonInner(e.reason) + '"'
   if (e.session_id !== undefined) line += ',"session_id":"' + jsonInner(e.session_id) + '"'
+  if (e.server !== undefined) line += ',"server":"' + jsonInner(e.server) + '"'
   return line + '}\n'
 }
 
@@ -63,7 +64,8 @@ function wellFormed(e: AuditEntry): boolean {
     typeof e.latency_ms === 'number' &&
     (e.reason_code === undefined || typeof e.reason_code === 'string') &&
     (e.reason === undefined || typeof e.reason === 'string') &&
-    (e.session_id === undefined || typeof e.session_id === 'string')
+    (e.session_id === undefined || typeof e.session_id === 'string') &&
+    (e.server === undefined || typeof e.server === 'string')
   )
 }
 
@@ -156,6 +158,11 @@ export interface AuditEntry {
   readonly reason_code?: string
   readonly reason?: string
   readonly session_id?: string
+  /**
+   * The server (config `servers:`) the request was routed to; absent with `upstream:` alone and for a
+   * path that names no server. Last: a line of a single-upstream gateway stays as it always was.
+   */
+  readonly server?: string
 }
 
 /**
@@ -196,6 +203,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
   const identity = ex.principal?.identity ?? ''
   const tenant = ex.principal?.tenant ?? ''
   const sessionId = ex.sessionId
+  const server = ex.server
   const calls = ex.calls
   if (!ex.batch) {
     const call = ex.single
@@ -215,10 +223,11 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         ex.reasonCode,
         callReason(ex, call),
         sessionId,
+        server,
       ),
     ]
   }
-  if (!ex.forwarded) return [refusedBatchEntry(ex, timestamp, identity, tenant, latency, sessionId)]
+  if (!ex.forwarded) return [refusedBatchEntry(ex, timestamp, identity, tenant, latency, sessionId, server)]
   const out: AuditEntry[] = []
   let rest: string[] | null = null
   let restReason = ex.reason
@@ -245,6 +254,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         ex.reasonCode,
         callReason(ex, call),
         sessionId,
+        server,
       ),
     )
   }
@@ -264,6 +274,7 @@ export function auditEntries(ex: Exchange, nowMonoMs: number): AuditEntry[] {
         ex.reasonCode,
         restReason,
         sessionId,
+        server,
       ),
     )
   }
@@ -293,6 +304,7 @@ function refusedBatchEntry(
   tenant: string,
   latency: number,
   sessionId: string,
+  server: string | null,
 ): AuditEntry {
   const calls = ex.calls
   const methods = new Set<string>()
@@ -319,6 +331,7 @@ function refusedBatchEntry(
     ex.reasonCode,
     ex.reason,
     sessionId,
+    server,
   )
 }
 
@@ -335,6 +348,7 @@ function entry(
   reasonCode: ReasonCode | null,
   reason: string,
   sessionId: string,
+  server: string | null,
 ): AuditEntry {
   const e: { -readonly [K in keyof AuditEntry]: AuditEntry[K] } = {
     timestamp,
@@ -350,6 +364,7 @@ function entry(
   if (reasonCode !== null) e.reason_code = reasonCode
   if (reason) e.reason = reason
   if (sessionId) e.session_id = sessionId
+  if (server !== null) e.server = server
   return e
 }
 
@@ -374,6 +389,8 @@ export function failedEntry(ex: Exchange, nowMonoMs: number): AuditEntry {
   }
   const reason = readSafely(() => ex.reason, '')
   if (reason !== '') e.reason = reason
+  const server = readSafely(() => ex.server, '')
+  if (server !== '') e.server = server
   return e
 }
 

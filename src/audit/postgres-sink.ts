@@ -8,9 +8,9 @@ import type { AuditSink, AuditWriteOptions } from './sink'
  * a timeout (it may have committed) or replayed from the spill file never adds a second row.
  */
 const INSERT = `INSERT INTO audit_entries
-  (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason, session_id, reason_code)
+  (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason, session_id, reason_code, server)
 SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                     $8::integer[], $9::double precision[], $10::text[], $11::text[], $12::text[])
+                     $8::integer[], $9::double precision[], $10::text[], $11::text[], $12::text[], $13::text[])
 ON CONFLICT (request_id) DO NOTHING`
 
 /** Client-side bound on one batch: past it the writer retries (and, failing that, spills). */
@@ -46,7 +46,7 @@ export class PostgresAuditSink implements AuditSink {
   async write(entries: readonly AuditEntry[], options: AuditWriteOptions = {}): Promise<void> {
     if (entries.length === 0) return
     const n = entries.length
-    const columns = Array.from({ length: 12 }, () => new Array<unknown>(n))
+    const columns = Array.from({ length: 13 }, () => new Array<unknown>(n))
     for (let i = 0; i < n; i++) {
       const e = entries[i]
       columns[0][i] = text(e.request_id)
@@ -61,6 +61,7 @@ export class PostgresAuditSink implements AuditSink {
       columns[9][i] = text(e.reason ?? null)
       columns[10][i] = text(e.session_id ?? null)
       columns[11][i] = text(e.reason_code ?? null)
+      columns[12][i] = text(e.server ?? null)
     }
     const timeout = Math.max(1, Math.min(WRITE_TIMEOUT_MS, options.timeoutMs ?? WRITE_TIMEOUT_MS))
     await this.pool.query({ name: 'wardline_audit_insert', text: INSERT, values: columns, query_timeout: timeout } as QueryConfig)

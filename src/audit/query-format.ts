@@ -95,6 +95,7 @@ const CSV_ENTRY_COLUMNS = [
   'session_id',
   // Last: a column added after the others keeps every earlier one where scripts that read by position expect it.
   'reason_code',
+  'server',
 ] as const
 
 /**

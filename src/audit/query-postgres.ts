@@ -23,6 +23,9 @@ const INDEXED_SCHEMA_VERSION = 5
 /** The reason_code column arrived with this schema version (migration 009). */
 export const REASON_CODE_SCHEMA_VERSION = 9
 
+/** The server column arrived with this schema version (migration 010). */
+export const SERVER_SCHEMA_VERSION = 10
+
 /** Characters of `tool` in its index (migration 005): a B-tree entry cannot hold a caller's 3 KB target. */
 const TOOL_INDEX_PREFIX = 200
 
@@ -69,6 +72,14 @@ function where(filter: AuditFilter, values: unknown[]): string {
   glob('identity', filter.identity)
   glob('tenant', filter.tenant)
   glob('tool', filter.tool)
+  if (filter.server !== null) {
+    // Equality and LIKE imply NOT NULL, so the partial index of migration 010 serves both; `*` alone
+    // (every routed request) says so itself.
+    const g = filter.server
+    if (g.exact) conditions.push(`server COLLATE "C" = ${param(g.pattern)}`)
+    else if (g.any) conditions.push('server IS NOT NULL')
+    else conditions.push(`server COLLATE "C" LIKE ${param(likePattern(g.pattern))} ESCAPE '!'`)
+  }
   if (filter.decisions !== null) {
     conditions.push(
       filter.decisions.length === 1
@@ -89,9 +100,15 @@ function where(filter: AuditFilter, values: unknown[]): string {
   return conditions.length === 0 ? '' : `WHERE ${conditions.join(' AND ')}`
 }
 
-const COLUMNS = `"timestamp", request_id, identity, tenant, method, tool, decision, status, latency_ms, reason_code, reason, session_id`
-/** The same columns from a schema older than REASON_CODE_SCHEMA_VERSION: no row there has a code. */
-const COLUMNS_WITHOUT_CODE = COLUMNS.replace('reason_code', 'NULL::text AS reason_code')
+const COLUMNS = `"timestamp", request_id, identity, tenant, method, tool, decision, status, latency_ms, reason_code, reason, session_id, server`
+
+/** The columns a schema at `version` has; a column it lacks reads NULL, as every row there would hold. */
+function columnsAt(version: number): string {
+  let columns = COLUMNS
+  if (version < REASON_CODE_SCHEMA_VERSION) columns = columns.replace('reason_code', 'NULL::text AS reason_code')
+  if (version < SERVER_SCHEMA_VERSION) columns = columns.replace(/server$/, 'NULL::text AS server')
+  return columns
+}
 
 /**
  * The entries to print, oldest first. With a limit: the newest `limit` matches (read backwards along
@@ -99,10 +116,10 @@ const COLUMNS_WITHOUT_CODE = COLUMNS.replace('reason_code', 'NULL::text AS reaso
  * `matched` says whether there was one more, which is then dropped). With 0: every match, oldest
  * first, read forwards (the cursor streams it).
  */
-export function entriesQuery(filter: AuditFilter, limit: number, hasReasonCode = true): Sql {
+export function entriesQuery(filter: AuditFilter, limit: number, schemaVersion = SERVER_SCHEMA_VERSION): Sql {
   const values: unknown[] = []
   const clause = where(filter, values)
-  const columns = hasReasonCode ? COLUMNS : COLUMNS_WITHOUT_CODE
+  const columns = columnsAt(schemaVersion)
   if (limit === 0) return { text: `SELECT ${columns} FROM audit_entries ${clause} ORDER BY "timestamp", id`, values }
   values.push(limit + 1)
   return {
@@ -141,9 +158,10 @@ interface EntryRow {
   reason_code: string | null
   reason: string | null
   session_id: string | null
+  server: string | null
 }
 
-/** A row as the JSONL trail has it (same keys, same order; absent reason_code, reason and session_id omitted). */
+/** A row as the JSONL trail has it (same keys, same order; absent reason_code, reason, session_id and server omitted). */
 function toEntry(r: EntryRow): AuditEntry {
   const e: { -readonly [K in keyof AuditEntry]: AuditEntry[K] } = {
     timestamp: r.timestamp.toISOString(),
@@ -159,6 +177,7 @@ function toEntry(r: EntryRow): AuditEntry {
   if (r.reason_code !== null) e.reason_code = r.reason_code
   if (r.reason !== null) e.reason = r.reason
   if (r.session_id !== null) e.session_id = r.session_id
+  if (r.server !== null) e.server = r.server
   return e
 }
 
@@ -238,9 +257,9 @@ export class AuditDatabase {
 
   /** The entries to print; `found.more` is set when more rows match than the limit let through. */
   async *entries(filter: AuditFilter, limit: number, found: { more: boolean }): AsyncGenerator<AuditEntry> {
-    this.checkReasonCodes(filter)
+    this.checkColumns(filter)
     let first = true
-    const sql = entriesQuery(filter, limit, this.version >= REASON_CODE_SCHEMA_VERSION)
+    const sql = entriesQuery(filter, limit, this.version)
     for await (const row of this.rows<EntryRow & { matched?: string }>(sql)) {
       if (first && limit > 0 && Number(row.matched) > limit) {
         found.more = true // the oldest of limit + 1: fetched only to learn there are more
@@ -254,7 +273,7 @@ export class AuditDatabase {
 
   /** Summary rows, largest first; `found.groups` is how many groups matched in all. */
   async *summary(filter: AuditFilter, by: readonly GroupColumn[], limit: number, found: { groups: number }): AsyncGenerator<SummaryRow> {
-    this.checkReasonCodes(filter)
+    this.checkColumns(filter)
     for await (const row of this.rows<Record<string, string>>(summaryQuery(filter, by, limit))) {
       found.groups = Number(row.groups)
       yield { group: by.map((c) => row[c]), counts: DECISIONS.map((d) => Number(row[d])), total: Number(row.total) }
@@ -265,12 +284,18 @@ export class AuditDatabase {
     await this.client.end().catch(() => undefined)
   }
 
-  /** --reason-code on a schema without the column: said plainly rather than as Postgres' "column does not exist". */
-  private checkReasonCodes(filter: AuditFilter): void {
-    if (filter.reasonCodes === null || this.version >= REASON_CODE_SCHEMA_VERSION) return
-    throw new AuditQueryError(
-      `--reason-code: the database schema is at version ${this.version}, and reason codes arrived with version ${REASON_CODE_SCHEMA_VERSION}; start a gateway of this release once to add them`,
-    )
+  /** --reason-code or --server on a schema without the column: said plainly rather than as Postgres' "column does not exist". */
+  private checkColumns(filter: AuditFilter): void {
+    if (filter.reasonCodes !== null && this.version < REASON_CODE_SCHEMA_VERSION) {
+      throw new AuditQueryError(
+        `--reason-code: the database schema is at version ${this.version}, and reason codes arrived with version ${REASON_CODE_SCHEMA_VERSION}; start a gateway of this release once to add them`,
+      )
+    }
+    if (filter.server !== null && this.version < SERVER_SCHEMA_VERSION) {
+      throw new AuditQueryError(
+        `--server: the database schema is at version ${this.version}, and server names arrived with version ${SERVER_SCHEMA_VERSION}; start a gateway of this release once to add them`,
+      )
+    }
   }
 
   private async run<R>(text: string, values?: readonly unknown[]): Promise<R[]> {

@@ -12,6 +12,8 @@ export interface AuditFilter {
   readonly identity: Glob | null
   readonly tenant: Glob | null
   readonly tool: Glob | null
+  /** Entries of requests routed to a server matching this glob (entries without a server never match). */
+  readonly server: Glob | null
   /** null: every decision. */
   readonly decisions: readonly Decision[] | null
   /** null: any reason code, or none. Otherwise entries carrying one of these (an ordinary allow carries none). */
@@ -151,6 +153,7 @@ export interface FilterOptions {
   readonly identity?: string
   readonly tenant?: string
   readonly tool?: string
+  readonly server?: string
   readonly decision?: string
   readonly reasonCode?: string
   readonly since?: string
@@ -179,6 +182,8 @@ export function buildFilter(options: FilterOptions, nowMs: number): AuditFilter 
     identity: glob(options.identity),
     tenant: glob(options.tenant),
     tool: glob(options.tool),
+    // `*` too selects only entries that have a server: `--server '*'` asks for routed requests.
+    server: options.server === undefined ? null : new Glob(options.server),
     decisions: options.decision === undefined ? null : parseDecisions(options.decision),
     reasonCodes: options.reasonCode === undefined ? null : parseReasonCodes(options.reasonCode),
     sinceMs,
@@ -191,6 +196,7 @@ export function matches(filter: AuditFilter, e: AuditEntry, timestampMs: number)
   if (filter.identity !== null && !filter.identity.matches(e.identity)) return false
   if (filter.tenant !== null && !filter.tenant.matches(e.tenant)) return false
   if (filter.tool !== null && !filter.tool.matches(e.tool)) return false
+  if (filter.server !== null && (e.server === undefined || !filter.server.matches(e.server))) return false
   if (filter.decisions !== null && !filter.decisions.includes(e.decision)) return false
   if (filter.reasonCodes !== null && !(filter.reasonCodes as readonly unknown[]).includes(e.reason_code)) return false
   if (filter.sinceMs !== null && !(timestampMs >= filter.sinceMs)) return false
@@ -248,5 +254,6 @@ export function asEntry(value: unknown): AuditEntry | null {
   if (e.reason_code !== undefined && typeof e.reason_code !== 'string') return null
   if (e.reason !== undefined && typeof e.reason !== 'string') return null
   if (e.session_id !== undefined && typeof e.session_id !== 'string') return null
+  if (e.server !== undefined && typeof e.server !== 'string') return null
   return value as AuditEntry
 }

@@ -58,6 +58,7 @@ export function registerAuditCommand(program: Command): void {
     .option('--identity <glob>', 'identities matching this glob (* is the only wildcard, as in policy rules)')
     .option('--tenant <glob>', 'tenants matching this glob')
     .option('--tool <glob>', 'tools (the target: tool, prompt or resource URI) matching this glob')
+    .option('--server <glob>', 'requests routed to a server (servers:) matching this glob; entries without a server never match')
     .option('--decision <list>', `one or more of ${DECISIONS.join(', ')}, comma-separated`)
     .option(
       '--reason-code <list>',

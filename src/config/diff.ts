@@ -112,6 +112,7 @@ function policyTree(policy: PolicyConfig): Record<string, unknown> {
       ...(rule.tenant === null ? {} : { tenant: rule.tenant }),
       method: rule.method,
       tool: rule.target,
+      server: rule.server,
       effect: rule.effect,
     })),
   }

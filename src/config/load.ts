@@ -10,7 +10,7 @@ import { readBudget } from './budget'
 import { expandEnv } from './env'
 import { readHealthCheck } from './health-check'
 import { readUpstreams } from './servers'
-import { readPolicy } from './policy'
+import { checkPolicyServers, readPolicy } from './policy'
 import { isUnterminated, setConfigOrigin } from './origin'
 import { readPostgres } from './postgres'
 import { readBlock, readKey, readLeaf } from './read-node'
@@ -165,6 +165,7 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
   }
 
   // Cross-field rules, after the shapes are known.
+  if (upstream !== null || servers.length > 0) checkPolicyServers(r, config.policy, upstream !== null ? null : servers.map((s) => s.name))
   if (features.postgresStorage && postgres === null) r.note('postgres.dsn', 'is required when features.postgres_storage is true')
   if (audit.output === null && !features.postgresStorage) {
     r.note('audit.output', 'is required unless features.postgres_storage is true (every decision needs a sink)')

@@ -1,4 +1,6 @@
 import { GATED_METHODS } from '../mcp/methods'
+import { Glob } from '../glob'
+import { didYouMean } from './did-you-mean'
 import type { TSchema } from '@sinclair/typebox'
 import type { PolicyConfig, PolicyRule } from './types'
 import { isUnterminated } from './origin'
@@ -17,6 +19,48 @@ const RULE = (POLICY.properties.rules as unknown as { items: TSchema }).items
 export const METHOD_FAMILIES: readonly string[] = ['*', 'resources/*', 'prompts/*']
 /** An omitted method means tools/call: most policies are about tools (the rule's `method` default in spec.ts). */
 export const DEFAULT_METHOD = (keyNode(RULE, 'method') as unknown as { default: string }).default
+/** An omitted server means every server: the rule set is one, and most rules are about callers and tools. */
+export const ANY_SERVER = (keyNode(RULE, 'server') as unknown as { default: string }).default
+
+/**
+ * The rules' `server:` keys against the servers the config routes to, every problem noted at once.
+ * With `upstream:` alone there is no server name to match: a rule naming one would silently never
+ * apply (a deny rule that denies nothing), so anything but `*` is refused. With `servers:`, a name
+ * without `*` that is not a server is a typo or a removed server: refused the same way, with the
+ * closest names. A glob that matches no server today is allowed (it may be meant for servers yet to
+ * come): configWarnings says so.
+ */
+export function checkPolicyServers(r: Reader, policy: PolicyConfig | null, serverNames: readonly string[] | null): void {
+  if (policy === null) return
+  const at = (i: number): string => (policy.source === 'inline' ? `policy.rules[${i}].server` : `${policy.source}: rules[${i}].server`)
+  policy.rules.forEach((rule, i) => {
+    if (rule.server === ANY_SERVER) return
+    if (serverNames === null) {
+      r.note(at(i), 'is only used with servers: (with upstream: alone there is one server): remove the key or write *')
+      return
+    }
+    if (rule.server.includes('*') || serverNames.includes(rule.server)) return
+    const guesses = didYouMean(rule.server, serverNames)
+    const guess = guesses.length === 0 ? '' : `, did you mean ${guesses.join(' or ')}?`
+    r.note(at(i), `names no server in servers:${guess} (servers: ${serverNames.join(', ')})`)
+  })
+}
+
+/** The rules whose `server:` glob matches no server in `serverNames`, as warnings (see checkPolicyServers). */
+export function policyServerWarnings(policy: PolicyConfig | null, serverNames: readonly string[]): string[] {
+  if (policy === null || serverNames.length === 0) return []
+  const out: string[] = []
+  policy.rules.forEach((rule, i) => {
+    if (!rule.server.includes('*')) return
+    const glob = new Glob(rule.server)
+    if (serverNames.some((name) => glob.matches(name))) return
+    const where = policy.source === 'inline' ? `policy.rules[${i}].server` : `${policy.source}: rules[${i}].server`
+    out.push(
+      `${where}: ${JSON.stringify(rule.server)} matches no server in servers: (${serverNames.join(', ')}): the rule applies to no call`,
+    )
+  })
+  return out
+}
 
 /**
  * Reads the policy from the inline `policy:` block or from `policy_file` (one of the two). Neither
@@ -115,7 +159,7 @@ function readPolicyTree(r: Reader, tree: object, base: string, source: string): 
 function readRule(r: Reader, node: unknown, path: string): PolicyRule {
   if (node === null || typeof node !== 'object' || Array.isArray(node)) {
     r.note(path, 'must be a mapping with identity, tool and effect')
-    return { identity: '', tenant: null, method: DEFAULT_METHOD, target: '', effect: 'deny' }
+    return { identity: '', tenant: null, method: DEFAULT_METHOD, target: '', server: ANY_SERVER, effect: 'deny' }
   }
   const o = readBlock(r, RULE, node, path)
   // The keys the schema marks required (identity, tool, effect), in its order.
@@ -132,6 +176,7 @@ function readRule(r: Reader, node: unknown, path: string): PolicyRule {
     tenant: readLeaf(r, keyNode(RULE, 'tenant'), o.tenant, join(path, 'tenant')) as string | null,
     method,
     target: readLeaf(r, keyNode(RULE, 'tool'), o.tool, join(path, 'tool')) as string,
+    server: readLeaf(r, keyNode(RULE, 'server'), o.server, join(path, 'server')) as string,
     effect: readLeaf(r, keyNode(RULE, 'effect'), o.effect, join(path, 'effect'), 'deny') as PolicyRule['effect'],
   }
 }

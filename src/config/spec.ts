@@ -322,6 +322,10 @@ export const POLICY = block(
             description: 'tools/call, a resources/… or prompts/… method, resources/*, prompts/* or *.',
           }),
           tool: str({ required: true, description: 'Tool name, resource URI or prompt name (glob); * also matches list calls.' }),
+          server: str({
+            default: '*',
+            description: 'The server (a name in servers:, glob) whose calls the rule judges; only * with upstream: alone.',
+          }),
           effect: choice(EFFECTS, { required: true, description: 'What a match decides.' }),
         },
         { description: 'A rule: identity, tool and effect are required.' },

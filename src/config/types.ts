@@ -262,6 +262,8 @@ export interface PolicyRule {
   readonly method: string
   /** The rule's `tool:` key: a glob over the call's target (tool name, prompt name or resource URI). */
   readonly target: string
+  /** The rule's `server:` key: a glob over the name of the server a call is routed to (`*`: every server, and the one `upstream:`). */
+  readonly server: string
   readonly effect: Effect
 }
 

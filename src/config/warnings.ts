@@ -1,3 +1,4 @@
+import { policyServerWarnings } from './policy'
 import type { Config } from './types'
 
 /**
@@ -14,6 +15,12 @@ export function configWarnings(config: Config): string[] {
   const warnings: string[] = []
   const upstream = config.upstream === null ? null : upstreamPathWarning(config.upstream.url)
   if (upstream !== null) warnings.push(upstream)
+  warnings.push(
+    ...policyServerWarnings(
+      config.policy,
+      config.servers.map((s) => s.name),
+    ),
+  )
   return warnings
 }
 

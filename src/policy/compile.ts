@@ -77,6 +77,15 @@ class Category {
 const NO_CATEGORIES: readonly Category[] = []
 
 /**
+ * Whether a rule's `server:` covers the route a policy is compiled for. Null is the one `upstream:`,
+ * which has no name: only `*` covers it (config/policy.ts refuses anything else there).
+ */
+function coversServer(pattern: string, server: string | null): boolean {
+  const glob = new Glob(pattern)
+  return glob.any || (server !== null && glob.matches(server))
+}
+
+/**
  * A policy turned into lookup maps at load time (docs/principles.md, "Smaller rules": the hot path does its work at load time). First match
  * wins: each category yields its first matching rule, and the lowest index among them is the answer;
  * a category stops scanning as soon as its rules come after the best match found so far.
@@ -92,21 +101,35 @@ export class CompiledPolicy {
   /** False when no call can be denied (default allow, no deny rule): then no list needs filtering. */
   readonly canDeny: boolean
   private readonly entries: readonly Entry[]
+  /** By rule index: whether the rule's `server:` covers this policy's server. */
+  private readonly applies: readonly boolean[]
   private readonly byMethod = new Map<string, readonly Category[]>()
   private readonly otherResources: readonly Category[]
   private readonly otherPrompts: readonly Category[]
 
-  constructor(policy: PolicyConfig) {
+  /**
+   * `server`: the route this policy judges for (its name in `servers:`, null for the one `upstream:`).
+   * Each route compiles its own copy, so a rule whose `server:` does not cover the route is left out
+   * of every table here: the server costs nothing per call, and a thousand rules about other servers
+   * are never scanned. Rule indexes stay those of the whole rule set (`rule 3` in the audit reason).
+   */
+  constructor(
+    policy: PolicyConfig,
+    readonly server: string | null = null,
+  ) {
     this.defaultEffect = policy.default
     this.rules = policy.rules
-    this.canDeny = policy.default === 'deny' || policy.rules.some((rule) => rule.effect === 'deny')
+    const applies = policy.rules.map((rule) => coversServer(rule.server, server))
+    this.applies = applies
+    this.canDeny = policy.default === 'deny' || policy.rules.some((rule, i) => applies[i] && rule.effect === 'deny')
     const entries = policy.rules.map(
       (rule, i) => new Entry(i, new Glob(rule.identity), rule.tenant === null ? null : new Glob(rule.tenant), new Glob(rule.target)),
     )
     this.entries = entries
-    for (const method of GATED_METHODS) this.byMethod.set(method, buildTable(policy.rules, entries, method))
-    this.otherResources = buildTable(policy.rules, entries, OTHER_RESOURCES)
-    this.otherPrompts = buildTable(policy.rules, entries, OTHER_PROMPTS)
+    const own = (method: string): readonly Category[] => buildTable(policy.rules, entries, applies, method)
+    for (const method of GATED_METHODS) this.byMethod.set(method, own(method))
+    this.otherResources = own(OTHER_RESOURCES)
+    this.otherPrompts = own(OTHER_PROMPTS)
   }
 
   /** The index of the first rule matching this call, or -1 when none does (the default applies). */
@@ -144,7 +167,7 @@ export class CompiledPolicy {
     for (let i = 0; i < this.rules.length; i++) {
       const rule = this.rules[i]
       const entry = this.entries[i]
-      if (!covers(rule.method, method) || !entry.caller(identity, tenant)) continue
+      if (!this.applies[i] || !covers(rule.method, method) || !entry.caller(identity, tenant)) continue
       if (entry.target.coversEvery(parts)) return rule.effect === 'allow'
       if (rule.effect === 'deny' && entry.target.meetsSome(parts)) return false
     }
@@ -157,8 +180,8 @@ export class CompiledPolicy {
   }
 }
 
-export function compilePolicy(policy: PolicyConfig): CompiledPolicy {
-  return new CompiledPolicy(policy)
+export function compilePolicy(policy: PolicyConfig, server: string | null = null): CompiledPolicy {
+  return new CompiledPolicy(policy, server)
 }
 
 /** Does a rule's method (exact, a family, or `*`) cover this table's method? */
@@ -167,11 +190,16 @@ function covers(ruleMethod: string, method: string): boolean {
   return ruleMethod.endsWith('/*') && method.startsWith(ruleMethod.slice(0, -1))
 }
 
-function buildTable(rules: readonly PolicyRule[], entries: readonly Entry[], method: string): readonly Category[] {
+function buildTable(
+  rules: readonly PolicyRule[],
+  entries: readonly Entry[],
+  applies: readonly boolean[],
+  method: string,
+): readonly Category[] {
   const byMask = new Map<number, Category>()
   for (let i = 0; i < rules.length; i++) {
     const rule = rules[i]
-    if (!covers(rule.method, method)) continue
+    if (!applies[i] || !covers(rule.method, method)) continue
     const exact = [!rule.identity.includes('*'), rule.tenant !== null && !rule.tenant.includes('*'), !rule.target.includes('*')]
     const mask = (exact[IDENTITY] ? 1 : 0) | (exact[TENANT] ? 2 : 0) | (exact[TARGET] ? 4 : 0)
     let category = byMask.get(mask)

@@ -128,7 +128,7 @@ export function routeStages(): RouteStages {
  */
 export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteStages): Stage[] {
   const budget = shared.budget === null ? [] : [shared.budget(route.budget)]
-  const policy = policyStages(route.policy, shared.log, own.policies)
+  const policy = policyStages(route.policy, route.server, shared.log, own.policies)
   return [
     // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
     shared.http,
@@ -161,14 +161,21 @@ export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteS
  * The policy stage (its verdict is answered after the budget stage) and the list filter. No policy: no
  * stage, and a notice that nothing is gated. A policy that allows everything hides nothing: no filter.
  */
-function policyStages(policy: PolicyConfig | null, log: Logger, policies: ListFilterState): Stage[] {
+function policyStages(policy: PolicyConfig | null, server: string | null, log: Logger, policies: ListFilterState): Stage[] {
   policies.current = null
   if (policy === null) {
     log.warn('no policy configured (policy or policy_file): every tool, resource and prompt call is allowed')
     return []
   }
-  log.info('policy loaded', { source: policy.source, rules: policy.rules.length, default: policy.default })
-  const compiled = compilePolicy(policy)
+  log.info('policy loaded', {
+    source: policy.source,
+    rules: policy.rules.length,
+    default: policy.default,
+    ...(server === null ? {} : { server }),
+  })
+  // Compiled for this route's server: the policy stage and the list filter of a route judge its
+  // server's calls and lists by the rules that cover it, and never read another's.
+  const compiled = compilePolicy(policy, server)
   if (!policy.filterLists) return [policyStage(compiled)]
   // While the policy can deny nothing the filter passes every answer as it is; it stays in the chain
   // so a stream opened now is filtered once a reload adds a deny rule.

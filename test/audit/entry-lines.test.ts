@@ -47,6 +47,8 @@ describe('audit JSONL lines, built by hand', () => {
       entry(text, { reason: `why ${text}`, session_id: text }),
       entry(text, { reason: text }),
       entry(text, { session_id: `s${text}` }),
+      entry(text, { reason: 'r', session_id: 's', server: text }),
+      entry(text, { server: `srv${text}` }),
     ]
     const lines = toJsonLines(entries)
     expect(lines).toBe(reference(entries))

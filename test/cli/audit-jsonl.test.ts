@@ -83,6 +83,16 @@ describe('filters', () => {
     expect(bad.stderr).toMatch(/--reason-code budget\.exceded: "budget\.exceded" is not a reason code \(one or more of http\.host, /)
   })
 
+  test('--server selects entries of requests routed to a matching server; an entry without one never matches', () => {
+    expect(ids(audit('--server', 'docs').stdout)).toEqual(['r3', 'r4'])
+    expect(ids(audit('--server', 'd*').stdout)).toEqual(['r3', 'r4'])
+    expect(ids(audit('--server', '*').stdout)).toEqual(['r3', 'r4', 'r6'])
+    expect(ids(audit('--server', 'tickets', '--identity', 'axbyc').stdout)).toEqual(['r6'])
+    expect(ids(audit('--server', 'Docs').stdout)).toEqual([])
+    // The line as the gateway wrote it, the server last.
+    expect(audit('--server', 'tickets').stdout).toMatch(/,"server":"tickets"\}\n$/)
+  })
+
   test('--since and --until take durations and ISO 8601 times: [since, until)', () => {
     expect(ids(audit('--since', '1h').stdout)).toEqual(['r3', 'r4', 'r5', 'r6', 'r7', 'r8'])
     expect(ids(audit('--since', '1h', '--until', '15m').stdout)).toEqual(['r3', 'r4', 'r5', 'r6'])
@@ -190,8 +200,8 @@ describe('formats', () => {
     )
     const r = runCli(['audit', '--file', odd, '--format', 'csv'])
     expect(r.stdout).toBe(
-      'timestamp,request_id,identity,tenant,method,tool,decision,status,latency_ms,reason,session_id,reason_code\r\n' +
-        `${ago(1)},c1,"'=HYPERLINK(""http://x"")",acme,tools/call,"a,b",allow,200,1.5,"say ""hi""\nbye",,\r\n`,
+      'timestamp,request_id,identity,tenant,method,tool,decision,status,latency_ms,reason,session_id,reason_code,server\r\n' +
+        `${ago(1)},c1,"'=HYPERLINK(""http://x"")",acme,tools/call,"a,b",allow,200,1.5,"say ""hi""\nbye",,,\r\n`,
     )
     expect(['+1', '-1', '@a', '\tx'].map(csvField)).toEqual(["'+1", "'-1", "'@a", "'\tx"])
     expect(csvField(-1)).toBe('-1') // numbers are data, not formulas

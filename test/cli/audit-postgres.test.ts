@@ -81,6 +81,12 @@ test('the table gives the same answers as the JSONL trail, byte for byte, for ev
     ['--reason-code', 'budget.exceeded,policy.denied'],
     ['--reason-code', 'budget.repeat', '--format', 'csv'],
     ['--reason-code', 'budget.repeat,budget.exceeded', '--summary'],
+    ['--server', 'docs'],
+    ['--server', 'd*'],
+    ['--server', '*'],
+    ['--server', '%'],
+    ['--format', 'csv', '--server', 'tickets'],
+    ['--server', 'docs', '--summary'],
   ]
   for (const args of cases) {
     const fromTable = audit(...args)
@@ -91,6 +97,35 @@ test('the table gives the same answers as the JSONL trail, byte for byte, for ev
   expect(ids(audit('--identity', 'a%b_c').stdout)).toEqual(['r5'])
   expect(ids(audit('--identity', "o'brien\\").stdout)).toEqual(['r9'])
   expect(ids(audit('--reason-code', 'budget.exceeded,policy.denied').stdout)).toEqual(['r2', 'r3'])
+  expect(ids(audit('--server', 'docs').stdout)).toEqual(['r3', 'r4'])
+  expect(ids(audit('--server', '*').stdout)).toEqual(['r3', 'r4', 'r6'])
+})
+
+test('a database at schema version 9 (before server names): entries read without one, --server says what to do', async () => {
+  const old = await freshDatabase()
+  const oldPool = testPool(old.url, 1)
+  try {
+    await migrate(oldPool, silentLogger(), MIGRATIONS.slice(0, 9))
+    await oldPool.query(
+      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason_code)
+       VALUES ('o1', now(), 'alice', 'acme', 'tools/call', 'echo', 'deny', 403, 1.5, 'policy.denied')`,
+    )
+    const file = join(dir, 'old9.yaml')
+    writeFileSync(
+      file,
+      `upstream: http://127.0.0.1:3001\nauth: { mode: header }\nfeatures: { postgres_storage: true }\npostgres: { dsn: ${JSON.stringify(old.url)} }\naudit: { output: null }\n`,
+    )
+    const all = runCli(['audit', '--config', file])
+    expect(all.code).toBe(0)
+    expect(JSON.parse(all.stdout)).toMatchObject({ request_id: 'o1', reason_code: 'policy.denied' })
+    expect(JSON.parse(all.stdout)).not.toHaveProperty('server')
+    const filtered = runCli(['audit', '--config', file, '--server', 'docs'])
+    expect(filtered.code).toBe(1)
+    expect(filtered.stderr).toMatch(/--server: the database schema is at version 9, and server names arrived with version 10/)
+  } finally {
+    await oldPool.end()
+    await old.drop()
+  }
 })
 
 test('a database at schema version 8 (before reason codes): entries read without one, --reason-code says what to do', async () => {
@@ -162,10 +197,11 @@ describe('a large table (200 000 rows)', () => {
   beforeAll(async () => {
     // ~1 KiB a row: the whole answer (~200 MiB of JSONL) is far more than the CLI may hold.
     await pool.query(
-      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason, reason_code)
+      `INSERT INTO audit_entries (request_id, "timestamp", identity, tenant, method, tool, decision, status, latency_ms, reason, reason_code, server)
        SELECT 'big-' || g, now() - interval '2 days' + g * interval '100 ms', 'user-' || (g % 1000), 'acme', 'tools/call',
               'tool-' || (g % 50), CASE WHEN g % 10 = 0 THEN 'throttled' ELSE 'allow' END, 200, 1.25, repeat('x', 1000),
-              CASE WHEN g % 10 = 0 THEN 'budget.exceeded' END
+              CASE WHEN g % 10 = 0 THEN 'budget.exceeded' END,
+              CASE WHEN g % 100 = 5 THEN 'docs' WHEN g % 2 = 0 THEN 'tickets' END
          FROM generate_series(1, $1) AS g`,
       [ROWS],
     )
@@ -194,6 +230,19 @@ describe('a large table (200 000 rows)', () => {
       .join('\n')
     expect(plan).toMatch(/Index Scan Backward using audit_entries_reason_code_time/)
     expect(plan).not.toMatch(/Seq Scan/)
+  })
+
+  test('a server filter reads the partial index of migration 10 backwards, stopping at the limit', async () => {
+    const explain = async (server: string): Promise<string> => {
+      const q = entriesQuery(buildFilter({ server }, Date.now()), 100)
+      return (await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${q.text}`, q.values as unknown[])).rows
+        .map((r) => r['QUERY PLAN'])
+        .join('\n')
+    }
+    const exact = await explain('docs')
+    expect(exact).toMatch(/Index Scan Backward using audit_entries_server_time/)
+    expect(exact).not.toMatch(/Seq Scan/)
+    expect(await explain('do*')).not.toMatch(/Seq Scan/)
   })
 
   test('--limit 5 answers with the newest 5 rows', () => {

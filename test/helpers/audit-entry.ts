@@ -18,7 +18,8 @@ export function auditEntry(id: string, extra: Partial<AuditEntry> = {}): AuditEn
 
 /**
  * The small trail the `wardline audit` tests query, from the JSONL file and from Postgres alike: 8
- * entries over the last three hours, oldest first, as the gateway appends them. `ago(minutes)` gives
+ * entries over the last three hours, oldest first, as the gateway appends them (three routed to a
+ * server, the others from a single upstream). `ago(minutes)` gives
  * each timestamp.
  */
 export function sampleTrail(ago: (minutes: number) => string): AuditEntry[] {
@@ -41,10 +42,11 @@ export function sampleTrail(ago: (minutes: number) => string): AuditEntry[] {
       status: 403,
       reason_code: 'policy.denied',
       reason: 'rule 2: deny delete_*',
+      server: 'docs',
     }),
-    auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search' }),
+    auditEntry('r4', { timestamp: ago(40), identity: 'alicia', tool: 'search', server: 'docs' }),
     auditEntry('r5', { timestamp: ago(30), identity: 'a%b_c', tool: 'x' }),
-    auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x' }),
+    auditEntry('r6', { timestamp: ago(20), identity: 'axbyc', tool: 'x', server: 'tickets' }),
     auditEntry('r7', {
       timestamp: ago(10),
       identity: 'alice',

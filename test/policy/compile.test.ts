@@ -10,7 +10,7 @@ function policy(defaultEffect: Effect, rules: RuleSpec[]): PolicyConfig {
     default: defaultEffect,
     source: 'test',
     filterLists: true,
-    rules: rules.map((r) => ({ tenant: null, method: 'tools/call', ...r })),
+    rules: rules.map((r) => ({ tenant: null, method: 'tools/call', server: '*', ...r })),
   }
 }
 
@@ -214,5 +214,41 @@ describe('compiled lookup', () => {
     expect(effect('alice', 'acme', 'prompts/get', 'greeting')).toBe('allow')
     expect(effect('alice', 'guest', 'tools/call', 'expensive_tool')).toBe('deny')
     expect(effect('intern-sam', 'acme', 'resources/list', '')).toBe('deny')
+  })
+})
+
+describe('a policy compiled for one server', () => {
+  const p = policy('allow', [
+    { identity: 'alice', target: 'echo', server: 'docs', effect: 'deny' },
+    { identity: '*', target: 'add', server: 'd*', effect: 'deny' },
+    { identity: 'alice', target: 'echo', effect: 'allow' },
+    { identity: '*', method: 'resources/read', target: 'file:///*', server: 'tickets', effect: 'deny' },
+  ])
+
+  test('judges by the rules whose server covers it, keeping the rule indexes of the whole set', () => {
+    const docs = compilePolicy(p, 'docs')
+    const tickets = compilePolicy(p, 'tickets')
+    const dev = compilePolicy(p, 'dev')
+    expect(docs.match('alice', '', 'tools/call', 'echo')).toBe(0)
+    expect(tickets.match('alice', '', 'tools/call', 'echo')).toBe(2)
+    expect(docs.match('bob', '', 'tools/call', 'add')).toBe(1)
+    expect(dev.match('bob', '', 'tools/call', 'add')).toBe(1)
+    expect(tickets.match('bob', '', 'tools/call', 'add')).toBe(-1)
+    expect(tickets.match('bob', '', 'resources/read', 'file:///x')).toBe(3)
+    expect(docs.match('bob', '', 'resources/read', 'file:///x')).toBe(-1)
+  })
+
+  test('the one upstream (no name) is covered by * alone', () => {
+    const upstream = compilePolicy(p)
+    expect(upstream.match('alice', '', 'tools/call', 'echo')).toBe(2)
+    expect(upstream.match('bob', '', 'tools/call', 'add')).toBe(-1)
+  })
+
+  test('allowsEvery and canDeny read only the rules that cover the server', () => {
+    expect(compilePolicy(p, 'tickets').allowsEvery('bob', '', 'resources/read', ['file:///', ''])).toBe(false)
+    expect(compilePolicy(p, 'docs').allowsEvery('bob', '', 'resources/read', ['file:///', ''])).toBe(true)
+    const docsOnly = policy('allow', [{ identity: '*', target: '*', server: 'docs', effect: 'deny' }])
+    expect(compilePolicy(docsOnly, 'docs').canDeny).toBe(true)
+    expect(compilePolicy(docsOnly, 'tickets').canDeny).toBe(false)
   })
 })

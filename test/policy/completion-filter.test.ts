@@ -11,7 +11,7 @@ function policy(defaultEffect: Effect, rules: RuleSpec[]): PolicyConfig {
     default: defaultEffect,
     source: 'test',
     filterLists: true,
-    rules: rules.map((r) => ({ identity: '*', tenant: null, method: 'resources/read', ...r })),
+    rules: rules.map((r) => ({ identity: '*', tenant: null, method: 'resources/read', server: '*', ...r })),
   }
 }
 

@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseConfig } from '../../src/config/load'
+import { configWarnings } from '../../src/config/warnings'
 import { runCli } from '../helpers/cli'
 import { configProblems, tempDir } from '../helpers/harness'
 
@@ -9,6 +10,67 @@ const BASE = 'upstream: http://127.0.0.1:3001\nauth: { mode: header }\n'
 function problems(text: string, baseDir = '/srv'): string[] {
   return configProblems(text, baseDir)
 }
+
+const SERVERS =
+  'servers:\n  docs: { url: http://127.0.0.1:3001/mcp }\n  tickets: { url: http://127.0.0.1:3002/mcp }\nauth: { mode: header }\n'
+
+describe('policy rules scoped by server', () => {
+  const rules = (...lines: string[]): string => `policy:\n  default: allow\n  rules:\n${lines.map((l) => `    - ${l}\n`).join('')}`
+
+  test('server: is read as written, * when omitted', () => {
+    const config = parseConfig(
+      `${SERVERS}${rules('{ identity: a, tool: t, server: docs, effect: deny }', '{ identity: a, tool: t, server: "t*", effect: deny }', '{ identity: a, tool: t, effect: deny }')}`,
+      { env: {}, baseDir: '/srv' },
+    )
+    expect(config.policy?.rules.map((r) => r.server)).toEqual(['docs', 't*', '*'])
+    expect(configWarnings(config)).toEqual([])
+  })
+
+  test('with upstream: alone, anything but * is a config error; every one reported at once', () => {
+    expect(problems(`${BASE}${rules('{ identity: a, tool: t, server: "*", effect: deny }')}`)).toEqual([])
+    expect(
+      problems(
+        `${BASE}${rules('{ identity: a, tool: t, server: docs, effect: deny }', '{ identity: a, tool: t, effect: deny }', '{ identity: a, tool: t, server: "d*", effect: nope }')}`,
+      ),
+    ).toEqual([
+      'policy.rules[2].effect: must be allow or deny',
+      'policy.rules[0].server: is only used with servers: (with upstream: alone there is one server): remove the key or write *',
+      'policy.rules[2].server: is only used with servers: (with upstream: alone there is one server): remove the key or write *',
+    ])
+  })
+
+  test('with servers:, a name that is no server is a config error naming the closest; a glob that matches none is a warning', () => {
+    expect(
+      problems(
+        `${SERVERS}${rules('{ identity: a, tool: t, server: dcos, effect: deny }', '{ identity: a, tool: t, server: wiki, effect: deny }', '{ identity: a, tool: t, server: Docs, effect: deny }')}`,
+      ),
+    ).toEqual([
+      'policy.rules[0].server: names no server in servers:, did you mean docs? (servers: docs, tickets)',
+      'policy.rules[1].server: names no server in servers: (servers: docs, tickets)',
+      'policy.rules[2].server: names no server in servers:, did you mean docs? (servers: docs, tickets)',
+    ])
+    const config = parseConfig(`${SERVERS}${rules('{ identity: a, tool: t, server: "wiki-*", effect: deny }')}`, {
+      env: {},
+      baseDir: '/srv',
+    })
+    expect(configWarnings(config)).toEqual([
+      'policy.rules[0].server: "wiki-*" matches no server in servers: (docs, tickets): the rule applies to no call',
+    ])
+  })
+
+  test('a policy_file takes the same key; its problems name the file', () => {
+    const dir = tempDir('wardline-policy-')
+    writeFileSync(
+      join(dir, 'p.yaml'),
+      'default: allow\nrules:\n  - { identity: a, tool: t, server: tickets, effect: deny }\n  - { identity: a, tool: t, server: nope, effect: deny }\n',
+    )
+    expect(problems(`${SERVERS}policy_file: p.yaml\n`, dir)).toEqual([
+      `${join(dir, 'p.yaml')}: rules[1].server: names no server in servers: (servers: docs, tickets)`,
+    ])
+    writeFileSync(join(dir, 'p.yaml'), 'default: allow\nrules:\n  - { identity: a, tool: t, server: tickets, effect: deny }\n')
+    expect(parseConfig(`${SERVERS}policy_file: p.yaml\n`, { env: {}, baseDir: dir }).policy?.rules[0].server).toBe('tickets')
+  })
+})
 
 describe('policy configuration', () => {
   test('no policy and no policy_file means no policy (every call allowed)', () => {
@@ -33,8 +95,8 @@ describe('policy configuration', () => {
       source: 'inline',
       filterLists: true,
       rules: [
-        { identity: 'ci-bot', tenant: null, method: 'tools/call', target: 'read_*', effect: 'allow' },
-        { identity: '*', tenant: 'acme', method: 'resources/*', target: '*', effect: 'deny' },
+        { identity: 'ci-bot', tenant: null, method: 'tools/call', target: 'read_*', server: '*', effect: 'allow' },
+        { identity: '*', tenant: 'acme', method: 'resources/*', target: '*', server: '*', effect: 'deny' },
       ],
     })
     expect(Object.isFrozen(config.policy?.rules[0])).toBe(true)
@@ -59,7 +121,7 @@ describe('policy configuration', () => {
       'policy.default: is required (allow or deny)',
       'policy.rules[1].effect: must be allow or deny',
       expect.stringMatching(/^policy\.rules\[2\]\.method: must be one of tools\/call, resources\/list, .*, resources\/\*, prompts\/\*$/),
-      'policy.rules[3].tenants: unknown key, did you mean tenant? (allowed: identity, tenant, method, tool, effect)',
+      'policy.rules[3].tenants: unknown key, did you mean tenant? (allowed: identity, tenant, method, tool, server, effect)',
       'policy.rules[3].tool: is required',
       'policy.rules[4].identity: must not be empty',
       'policy.rules[4].tool: must be a string',
@@ -80,7 +142,7 @@ describe('policy configuration', () => {
       default: 'allow',
       source: join(dir, 'good.yaml'),
       filterLists: true,
-      rules: [{ identity: 'intern', tenant: null, method: 'tools/call', target: 'expensive_tool', effect: 'deny' }],
+      rules: [{ identity: 'intern', tenant: null, method: 'tools/call', target: 'expensive_tool', server: '*', effect: 'deny' }],
     })
 
     const file = join(dir, 'bad.yaml')

@@ -4,6 +4,7 @@
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import winston from 'winston'
@@ -79,6 +80,33 @@ describe('policy at the gateway', () => {
         reason: 'rule 0',
       }),
     ])
+  })
+
+  test('with upstream: alone, the audit lines carry no server: the keys and their order are as they always were', async () => {
+    await post(h, toolCall('echo', { text: 'hi' }, 4), 'intern-sam')
+    await post(h, toolCall('expensive_tool', {}, 5), 'intern-sam')
+    await h.gateway.audit.flush()
+    const KEYS = [
+      'timestamp',
+      'request_id',
+      'identity',
+      'tenant',
+      'method',
+      'tool',
+      'decision',
+      'status',
+      'latency_ms',
+      'reason_code',
+      'reason',
+      'session_id',
+    ]
+    const lines = readFileSync(h.auditFile, 'utf8').trimEnd().split('\n')
+    expect(lines.length).toBeGreaterThan(1)
+    for (const line of lines) {
+      expect(line).not.toContain('"server"')
+      const keys = Object.keys(JSON.parse(line) as object)
+      expect(keys).toEqual(KEYS.filter((k) => keys.includes(k)))
+    }
   })
 
   test('an allowed call is forwarded and audited as allow with no reason', async () => {

@@ -7,6 +7,7 @@ import { revocations } from './006-revocations'
 import { handOverInAdmission } from './007-handover-in-admission'
 import { tokenRevocations } from './008-token-revocations'
 import { auditReasonCode } from './009-audit-reason-code'
+import { auditServer } from './010-audit-server'
 
 /** One schema change. Versions are applied in order, each in its own transaction, never edited once shipped. */
 export interface Migration {
@@ -26,4 +27,5 @@ export const MIGRATIONS: readonly Migration[] = [
   handOverInAdmission,
   tokenRevocations,
   auditReasonCode,
+  auditServer,
 ]
