@@ -417,6 +417,38 @@ describe('secrecy of header values', () => {
   })
 })
 
+test('a running gateway: the values reach no error body, audit entry, metric or readiness report, even when the server is down', async () => {
+  const value = 'Bearer gateway-held-credential-0123456789'
+  const dead = 'http://127.0.0.1:9/mcp' // the discard port: nothing listens there
+  const g = await startServersHarness({
+    up: { headers: { Authorization: value, 'X-Api-Key': 'api-key-0123456789abcdef' } },
+    down: { url: dead, headers: { Authorization: value, 'X-Api-Key': 'api-key-0123456789abcdef' } },
+  })
+  try {
+    const seen: string[] = []
+    for (const path of ['/mcp/up', '/mcp/down', '/mcp/nope']) {
+      const res = await fetch(`${g.url}${path}`, {
+        method: 'POST',
+        headers: { ...MCP_HEADERS, ...as('alice') },
+        body: JSON.stringify(
+          rpc('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } }),
+        ),
+      })
+      seen.push(`${res.status} ${JSON.stringify([...res.headers])} ${await res.text()}`)
+    }
+    expect(seen.map((s) => s.slice(0, 3))).toEqual(['200', '502', '404'])
+    for (const path of ['/metrics', '/readyz']) seen.push(await (await fetch(`${g.url}${path}`)).text())
+    const audit = await g.audit()
+    seen.push(JSON.stringify(audit))
+    // What was read is the whole story: the 502's entry and its reason are there, the metrics too.
+    expect(audit.map((e) => e.status).sort()).toEqual([200, 404, 502])
+    expect(seen.join('\n')).toContain('wardline_')
+    for (const secret of ['gateway-held-credential', 'api-key-0123456789abcdef']) expect(seen.join('\n')).not.toContain(secret)
+  } finally {
+    await g.close()
+  }
+})
+
 describe('reload', () => {
   const servers = (docs: Doc = {}): Doc =>
     withServers({ docs: { url: DOCS, ...docs }, tickets: { url: TICKETS } }, { default_server: 'docs' })
