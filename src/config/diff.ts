@@ -177,6 +177,11 @@ export function configSecrets(config: object): string[] {
     if (typeof value === 'string') {
       if (node === undefined || metaOf(node).secret === undefined) return
       out.push(value)
+      // A header value is used trimmed, and `Bearer <token>` may reach a line as the token alone.
+      const trimmed = value.trim()
+      if (trimmed !== value) out.push(trimmed)
+      const credentials = /^\S+\s+(\S.*)$/.exec(trimmed)?.[1]
+      if (credentials !== undefined) out.push(credentials)
       if (URL.canParse(value)) {
         const password = new URL(value).password
         if (password !== '') out.push(password, safeDecode(password))

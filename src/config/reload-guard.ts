@@ -42,15 +42,23 @@ const POLICY_REMOVE_WITH = metaOf(keyNode(CONFIG_SPEC, 'policy')).guard!.removeW
  * - a policy whose rules the running one had and the new one leaves out (`rules:` cut off, inline or
  *   in the policy file): the rules are what a policy enforces, and `default:` usually comes first;
  * - a file (the config, or the policy file) that does not end with a line break, as one read while it
- *   is still being written does, cut inside any line (`window_seconds: 60` read as `6`).
+ *   is still being written does, cut inside any line (`window_seconds: 60` read as `6`);
+ * - a file that moved between `upstream:` and `servers:`, which only a restart can apply.
+ * A file cut short inside `servers:` that leaves a server without its url, or loses the whole block
+ * with no `upstream:`, is invalid. One cut between two servers drops the later ones and every key
+ * after the block, which the guarded keys catch when they follow it; when `servers:` is the file's
+ * last block, the dropped servers' callers get 404 until the file is whole: lost service, never lost
+ * enforcement, so it is not refused (and a write + rename never shows it).
  * Empty when nothing looks lost or cut. Without a tree to compare (a config not made by the loader),
  * only a lost policy is checked.
  */
 export function enforcementLost(
-  previous: { readonly policy: PolicyConfig | null },
-  next: { readonly policy: PolicyConfig | null },
+  previous: { readonly policy: PolicyConfig | null; readonly upstream?: unknown },
+  next: { readonly policy: PolicyConfig | null; readonly upstream?: unknown },
 ): string[] {
   const out = looksCut(previous.policy, next.policy)
+  const switched = kindSwitched(previous, next)
+  if (switched !== null) out.push(switched)
   const origin = configOrigin(next)
   const before = configOrigin(previous)?.tree
   const after = origin?.tree
@@ -64,6 +72,22 @@ export function enforcementLost(
     if (had !== undefined && key.paths.every((path) => isBlank(at(after, path)))) out.push(problem(had.join('.'), key.removeWith))
   }
   return out
+}
+
+/**
+ * A file moved between `upstream:` (one server, every path) and `servers:` (several by name). Applied
+ * in part, it would be incoherent: the running routes stay, while the budget's `<server>/<tool>` keys
+ * and the policy's `server:` rules are written for the other shape and would match nothing there. So
+ * nothing of it is applied: the shape is chosen at startup.
+ */
+function kindSwitched(previous: { readonly upstream?: unknown }, next: { readonly upstream?: unknown }): string | null {
+  if (previous.upstream === undefined || next.upstream === undefined) return null
+  const kind = (c: { readonly upstream?: unknown }): string => (c.upstream === null ? 'servers:' : 'upstream:')
+  if (kind(previous) === kind(next)) return null
+  return (
+    `upstream: the running gateway serves ${kind(previous)} and the file sets ${kind(next)} instead: moving between the two ` +
+    `needs a restart (routes, budgets and policy change shape together), so nothing of the file was applied. Restart to apply it`
+  )
 }
 
 /** The policy's own text: its rules left out where the running policy has some, or its file unterminated. */

@@ -30,6 +30,12 @@ const REFUSED_HEADERS: ReadonlyMap<string, string> = new Map([
   ['host', 'is written by the gateway for the server it connects to'],
   ['content-length', 'is written by the gateway for the body it sends'],
   ['expect', 'is answered by the gateway, never forwarded'],
+  ...['content-type', 'content-encoding', 'accept'].map(
+    (h) => [h, "describes the client's own request (its body, or what it can read): one value for every request would break them"] as const,
+  ),
+  ...['x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'forwarded'].map(
+    (h) => [h, "is written by the gateway (the client's address, Host and scheme, from a trusted proxy or the connection)"] as const,
+  ),
   ...['mcp-session-id', 'mcp-protocol-version', 'mcp-method', 'mcp-name', 'last-event-id'].map(
     (h) => [h, "belongs to the client's session: the gateway reads it as the client sent it"] as const,
   ),
@@ -53,22 +59,29 @@ export function readUpstreams(
   o: Node,
   defaults: Omit<UpstreamConfig, 'url'>,
 ): { upstream: UpstreamConfig | null; servers: ServerConfig[]; defaultServer: string | null } {
-  const hasUpstream = o.upstream !== undefined && o.upstream !== null
+  // `upstream:` written blank still counts as written: beside servers it is one of the two to choose
+  // between, and alone it is a missing URL, not "use servers".
+  const upstreamWritten = Object.hasOwn(o, 'upstream')
   const hasServers = o.servers !== undefined && o.servers !== null
-  const servers = readServers(r, o.servers, 'servers', defaults)
+  const servers = readServers(r, o.servers, 'servers', {
+    ...defaults,
+    // upstream_health_check.url names one server's health URL: each server probes its own URL unless
+    // its health_check says otherwise (the rest of the block is a fine default for all of them).
+    healthCheck: defaults.healthCheck === null ? null : { ...defaults.healthCheck, url: null },
+  })
   const defaultServer = readKey(r, CONFIG_SPEC, o, 'default_server', '') as string | null
-  if (hasUpstream && hasServers) {
+  if (upstreamWritten && hasServers) {
     r.note(
       'upstream',
       'and servers cannot both be set: keep upstream for one server (every path forwarded to it), or move it into servers as a named entry (reached at /mcp/<name>; default_server also serves it at /mcp)',
     )
-  } else if (!hasUpstream && !hasServers) {
-    r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001), unless servers names several')
-  } else if (hasServers && servers.length === 0 && r.problems.every((p) => !p.startsWith('servers'))) {
-    r.note('servers', 'must name at least one server')
+  } else if (!hasServers && (!upstreamWritten || o.upstream === null)) {
+    r.note('upstream', 'is required (the MCP server URL, e.g. http://127.0.0.1:3001), or servers to name several')
+  } else if (hasServers && servers.length === 0 && !r.problems.some((p) => p.startsWith('servers'))) {
+    r.note('servers', 'must name at least one server (or remove servers and set upstream)')
   }
   if (defaultServer !== null) {
-    if (!hasServers) r.note('default_server', 'is only used with servers')
+    if (!hasServers) r.note('default_server', 'is only used with servers (with upstream, every path already goes to it)')
     else if (!servers.some((s) => s.name === defaultServer)) {
       r.note(
         'default_server',
@@ -77,7 +90,7 @@ export function readUpstreams(
     }
   }
   let upstream: UpstreamConfig | null = null
-  if (hasUpstream) {
+  if (upstreamWritten && o.upstream !== null) {
     const url = readKey(r, CONFIG_SPEC, o, 'upstream', '') as string | null
     if (url) {
       checkUrl(r, url, 'upstream', ['http:', 'https:'])
@@ -89,7 +102,7 @@ export function readUpstreams(
     }
     upstream = { ...defaults, url: (url ?? '').replace(/\/+$/, '') }
   }
-  return { upstream, servers, defaultServer: hasServers ? defaultServer : null }
+  return { upstream: hasServers ? null : upstream, servers, defaultServer: hasServers ? defaultServer : null }
 }
 
 function readServers(r: Reader, value: unknown, at: string, defaults: Omit<UpstreamConfig, 'url'>): ServerConfig[] {
@@ -98,12 +111,12 @@ function readServers(r: Reader, value: unknown, at: string, defaults: Omit<Upstr
     const path = join(at, name)
     if (!SERVER_NAME.test(name)) {
       r.note(
-        path,
-        'is not a valid server name: lower-case letters, digits, - and _, starting with a letter or digit, at most 32 characters (it is the path segment of /mcp/<name>)',
+        name === '' ? at : path,
+        `${name === '' ? 'has an empty name, which' : ''} is not a valid server name: lower-case letters, digits, - and _, starting with a letter or digit, at most 32 characters (it is the path segment of /mcp/<name>)`.trimStart(),
       )
     }
     if (child === null || child === undefined) {
-      r.note(path, 'must set url')
+      r.note(join(path, 'url'), "is required (the server's MCP endpoint, e.g. http://127.0.0.1:3001/mcp)")
       continue
     }
     const o = readBlock(r, SERVER, child, path)
@@ -111,16 +124,18 @@ function readServers(r: Reader, value: unknown, at: string, defaults: Omit<Upstr
     if (o.url === undefined || o.url === null)
       r.note(join(path, 'url'), "is required (the server's MCP endpoint, e.g. http://127.0.0.1:3001/mcp)")
     else if (url) checkServerUrl(r, url, join(path, 'url'))
+    // Blank reads as left out, as everywhere in the file.
     const healthCheck: HealthCheckConfig | null =
-      o.health_check === undefined ? defaults.healthCheck : readHealthCheck(r, o.health_check, join(path, 'health_check'))
+      o.health_check === undefined || o.health_check === null
+        ? defaults.healthCheck
+        : readHealthCheck(r, o.health_check, join(path, 'health_check'))
     out.push({
       name,
       url,
       transport: readKey(r, SERVER, o, 'transport', path),
       headers: readHeaders(r, o.headers, join(path, 'headers')),
-      timeoutSeconds:
-        o.timeout_seconds === undefined ? defaults.timeoutSeconds : readKey(r, SERVER, o, 'timeout_seconds', path, defaults.timeoutSeconds),
-      connections: o.connections === undefined ? defaults.connections : readKey(r, SERVER, o, 'connections', path, defaults.connections),
+      timeoutSeconds: readKey(r, SERVER, o, 'timeout_seconds', path, defaults.timeoutSeconds),
+      connections: readKey(r, SERVER, o, 'connections', path, defaults.connections),
       healthCheck,
     })
   }
@@ -146,9 +161,15 @@ function readHeaders(r: Reader, value: unknown, at: string): Record<string, stri
       r.note(path, `is given twice (header names are case-insensitive)`)
       continue
     }
+    if (given === null || given === undefined) {
+      r.note(path, 'must have a value (to send no such header, remove it)')
+      continue
+    }
     const text = readLeaf(r, HEADER_VALUE, given, path, '') as string
     // The value is a secret: the problem never shows it.
+    if (text === '') continue // noted by readLeaf: empty, or its variable unset
     if (/[\0\r\n]/.test(text)) r.note(path, 'must not contain a line break or NUL (its value is not shown)')
+    else if (text.trim() === '') r.note(path, 'must not be blank (only spaces)')
     else if (/[^\t\x20-\x7e\x80-\xff]/.test(text)) r.note(path, 'must be printable Latin-1 text (its value is not shown)')
     else out[lower] = text.trim()
   }

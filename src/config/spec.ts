@@ -130,9 +130,21 @@ export function block<P extends Record<string, TSchema>>(properties: P, options:
   return tag(Type.Object(shaped, { additionalProperties: false }), options)
 }
 
-/** A mapping whose keys the operator names (tenants, tools), each holding `entry`. */
-export function named<T extends TSchema>(entry: T, options: KeyOptions = {}) {
-  return tag(Type.Record(Type.String(), entry), options)
+/**
+ * A mapping whose keys the operator names (tenants, tools), each holding `entry`. `names`: the
+ * pattern every name must match (the readers check it; the JSON Schema states it as propertyNames,
+ * so an editor flags a bad name as it is typed).
+ */
+export function named<T extends TSchema>(entry: T, options: KeyOptions & { names?: RegExp } = {}) {
+  const { names, ...rest } = options
+  return tag(Type.Record(names === undefined ? Type.String() : Type.String({ pattern: names.source }), entry), rest)
+}
+
+/** The pattern a `named` mapping's names must match, or null when any name goes. */
+export function namesOf(node: TSchema): string | null {
+  const [key] = Object.keys((node as unknown as { patternProperties: Record<string, TSchema> }).patternProperties)
+  // TypeBox writes the key pattern of an unconstrained string key as this.
+  return key === '^(.*)$' ? null : key
 }
 
 /** The node each entry of a `named` mapping holds. */
@@ -219,7 +231,7 @@ export const SERVER = block(
       default: 'streamable',
       description: 'streamable (Streamable HTTP: one endpoint) or sse (the legacy HTTP+SSE pair of MCP 2024-11-05).',
     }),
-    headers: named(str({ nonEmpty: false, secret: true, description: 'A header value; ${VAR} reads it from the environment.' }), {
+    headers: named(str({ secret: true, description: 'A header value, not empty; ${VAR} reads it from the environment.' }), {
       description:
         "Sent on every request to this server, replacing a client-sent header of the same name (the server's own credentials). Values are never logged.",
     }),
@@ -469,6 +481,15 @@ export const ADMIN = block(
 /** listen and token go together: one without the other is refused (JSON Schema `dependencies`). */
 export const ADMIN_TOGETHER = { listen: ['token'], token: ['listen'] }
 
+/**
+ * Exactly one of upstream (one server) and servers (several by name): the file's JSON Schema `oneOf`.
+ * A blank `servers:` reads as left out, so only a mapping counts as servers given.
+ */
+export const ONE_UPSTREAM_KIND = [
+  { properties: { upstream: true }, required: ['upstream'] },
+  { properties: { servers: { type: 'object' } }, required: ['servers'] },
+]
+
 export const TLS = tlsBlock('Serve the main listener over HTTPS (TLS 1.2+); SIGHUP re-reads the files.', {
   cert: 'PEM certificate, its intermediate certificates after it (relative to this file).',
   key: 'PEM private key of that certificate, unencrypted.',
@@ -505,16 +526,20 @@ export const CONFIG_SPEC = block({
     description: 'Where the gateway listens: host:port (IPv6 as [::1]:8080; port 0 picks a free one).',
     restart: (c) => c.listen,
   }),
+  // Not blank: `upstream:` with nothing after it is a mistake, not "use servers".
   upstream: str({
+    blank: false,
     description:
       'The one MCP server behind the gateway (or use servers): an absolute http(s) URL without query, fragment or credentials; request paths are appended.',
     restart: (c) => c.upstream?.url ?? null,
   }),
   // Reloadable: a SIGHUP adds, removes and changes servers (server/router.ts).
   servers: named(SERVER, {
-    description: 'Several MCP servers behind the gateway, by name: each reached at /mcp/<name> (instead of upstream).',
+    names: SERVER_NAME,
+    description:
+      'Several MCP servers behind the gateway, by name ([a-z0-9][a-z0-9_-]{0,31}): each reached at /mcp/<name>. Instead of upstream, never with it.',
   }),
-  default_server: str({ description: 'A name in servers also served at /mcp.' }),
+  default_server: str({ description: 'A name in servers also served at /mcp. Absent: /mcp names no server (404).' }),
   upstream_timeout_seconds: num(0, 3600, {
     exclusiveMin: true,
     default: 30,

@@ -1,5 +1,5 @@
 import { policyServerWarnings } from './policy'
-import type { Config } from './types'
+import type { Config, ServerTransport } from './types'
 
 /**
  * The paths MCP clients call: Streamable HTTP's one endpoint and the legacy HTTP+SSE stream, as the
@@ -15,6 +15,10 @@ export function configWarnings(config: Config): string[] {
   const warnings: string[] = []
   const upstream = config.upstream === null ? null : upstreamPathWarning(config.upstream.url)
   if (upstream !== null) warnings.push(upstream)
+  for (const server of config.servers) {
+    const warning = serverUrlWarning(server.name, server.url, server.transport)
+    if (warning !== null) warnings.push(warning)
+  }
   warnings.push(
     ...policyServerWarnings(
       config.policy,
@@ -22,6 +26,34 @@ export function configWarnings(config: Config): string[] {
     ),
   )
   return warnings
+}
+
+/**
+ * A server's `url` is its MCP endpoint itself, path included (server/router.ts sends /mcp/<name> to
+ * exactly that path), unlike `upstream:`, a base the request path is appended to. Written as a base
+ * (`http://h:3001`, no path), every call reaches the server's `/`, which most servers answer 404:
+ * they serve MCP at /mcp, or /sse for the legacy transport. And a Streamable HTTP client speaking to a
+ * URL ending in /sse is most often a legacy server whose `transport: sse` was left out.
+ */
+export function serverUrlWarning(name: string, url: string, transport: ServerTransport): string | null {
+  if (!URL.canParse(url)) return null
+  const parsed = new URL(url)
+  const key = `servers.${name}.url`
+  if (parsed.pathname === '/') {
+    const usual = transport === 'sse' ? '/sse' : '/mcp'
+    return (
+      `${key} ${url} has no path: it is the server's MCP endpoint, path included, so every call to /mcp/${name} goes to ` +
+      `${parsed.origin}/ itself; most servers serve MCP at ${usual}: write url: ${parsed.origin}${usual} ` +
+      `(keep it only if the server answers MCP at /)`
+    )
+  }
+  if (transport === 'streamable' && /\/sse\/?$/.test(parsed.pathname)) {
+    return (
+      `${key} ${url} ends with /sse, the legacy HTTP+SSE transport's stream, but servers.${name}.transport is streamable ` +
+      `(the default): for a legacy server write transport: sse (keep it if this server speaks Streamable HTTP at that path)`
+    )
+  }
+  return null
 }
 
 /**

@@ -19,6 +19,9 @@ const ENV = {
   WARDLINE_JWT_SECRET: SECRET,
   WARDLINE_POSTGRES_DSN: DSN,
   WARDLINE_ADMIN_TOKEN: 'c'.repeat(48),
+  // examples/servers.yaml: each server's own credential.
+  DOCS_TOKEN: 'docs-token-0123456789abcdef',
+  TICKETS_API_KEY: 'tickets-key-0123456789abcdef',
 }
 const BASE = { upstream: 'http://127.0.0.1:3001', auth: { mode: 'jwt', jwt: { secret: SECRET } }, audit: { output: 'stdout' } }
 
@@ -29,7 +32,7 @@ function portable(config: unknown): unknown {
 
 function shippedFiles(): string[] {
   const files = [join(ROOT, 'wardline.yaml'), ...readdirSync(join(ROOT, 'examples')).map((f) => join(ROOT, 'examples', f))]
-  return files.filter((f) => /\.ya?ml$/.test(f) && /\bupstream:/.test(readFileSync(f, 'utf8')))
+  return files.filter((f) => /\.ya?ml$/.test(f) && /^(upstream|servers):/m.test(readFileSync(f, 'utf8')))
 }
 
 /** The docs' YAML blocks that name a key of wardline.yaml: whole files alone, pieces over BASE. */
@@ -47,6 +50,7 @@ function documentedBlocks(): Array<[string, string]> {
         !keys.some((k) =>
           [
             'upstream',
+            'servers',
             'auth',
             'budget',
             'policy',
@@ -63,7 +67,10 @@ function documentedBlocks(): Array<[string, string]> {
         continue
       if ('rules' in tree && !('upstream' in tree)) continue // a policy file's content
       const whole = 'upstream' in tree
-      out.push([`${file} block ${index}`, whole ? m[1] : yaml.dump({ ...structuredClone(BASE), ...tree })])
+      // A piece naming servers takes the place of BASE's upstream (the two never go together).
+      const base: Record<string, unknown> = structuredClone(BASE)
+      if ('servers' in tree) delete base.upstream
+      out.push([`${file} block ${index}`, whole ? m[1] : yaml.dump({ ...base, ...tree })])
     }
   }
   return out

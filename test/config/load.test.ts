@@ -121,7 +121,9 @@ describe('configuration loading', () => {
   })
 
   test('a missing upstream is required', () => {
-    expect(problems('auth: { mode: header }')).toEqual(['upstream: is required (the MCP server URL, e.g. http://127.0.0.1:3001)'])
+    expect(problems('auth: { mode: header }')).toEqual([
+      'upstream: is required (the MCP server URL, e.g. http://127.0.0.1:3001), or servers to name several',
+    ])
   })
 
   test('an upstream with a query, a fragment or credentials is refused rather than silently trimmed', () => {

@@ -35,6 +35,7 @@ const SAMPLES: Readonly<Record<string, unknown>> = {
   'auth.resource_metadata.resource': 'https://mcp.example.com/mcp',
   'admin.listen': '127.0.0.1:9090',
   'admin.token': 'b'.repeat(40),
+  'servers.*.url': 'http://127.0.0.1:3001/mcp',
 }
 const POSTGRES: Doc = { features: { postgres_storage: true }, postgres: { dsn: DSN } }
 /**
@@ -48,6 +49,8 @@ const CONTEXTS: ReadonlyArray<readonly [RegExp, (doc: Doc, value: unknown) => vo
   [/^features\.postgres_storage$/, (doc) => Object.assign(doc, { postgres: { dsn: DSN } })],
   // auth.jwt is refused in header mode.
   [/^auth\.mode$/, (doc, value) => value === 'header' && delete (doc.auth as Doc).jwt],
+  // A server's keys are tried in a file of servers, which takes the place of upstream.
+  [/^servers\./, (doc) => delete doc.upstream],
 ]
 
 let ajv: Ajv
@@ -267,7 +270,7 @@ describe('wardline schema', () => {
 })
 
 describe('the shipped configs validate against the schema', () => {
-  const env = { WARDLINE_JWT_SECRET: SECRET, WARDLINE_POSTGRES_DSN: DSN }
+  const env = { WARDLINE_JWT_SECRET: SECRET, WARDLINE_POSTGRES_DSN: DSN, DOCS_TOKEN: 'd'.repeat(40), TICKETS_API_KEY: 't'.repeat(40) }
   const configFiles = [join(ROOT, 'wardline.yaml'), ...readdirSync(join(ROOT, 'examples')).map((f) => join(ROOT, 'examples', f))].filter(
     (f) => /\.ya?ml$/.test(f),
   )
@@ -290,6 +293,9 @@ describe('the shipped configs validate against the schema', () => {
   test('wardline.yaml and the examples carry the modeline as their first line', () => {
     expect(readFileSync(join(ROOT, 'wardline.yaml'), 'utf8').split('\n')[0]).toBe('# yaml-language-server: $schema=./wardline.schema.json')
     expect(readFileSync(join(ROOT, 'examples/wardline.postgres.yaml'), 'utf8').split('\n')[0]).toBe(
+      '# yaml-language-server: $schema=../wardline.schema.json',
+    )
+    expect(readFileSync(join(ROOT, 'examples/servers.yaml'), 'utf8').split('\n')[0]).toBe(
       '# yaml-language-server: $schema=../wardline.schema.json',
     )
     expect(readFileSync(join(ROOT, 'examples/policy.yaml'), 'utf8').split('\n')[0]).toBe(
@@ -319,6 +325,8 @@ describe('the shipped configs validate against the schema', () => {
     // Other files' YAML (a Prometheus scrape config, a compose file) names no key of wardline.yaml.
     if (!Object.keys(tree).some((k) => k in (schema.properties as Doc))) return
     const doc: Doc = { ...structuredClone(BASE), ...(tree as Doc) }
+    // A piece naming servers takes the place of BASE's upstream (the two never go together).
+    if ('servers' in tree) delete doc.upstream
     expect(schemaErrors(doc)).toEqual([])
     // examples/ holds policy.yaml, which the policy_file example names.
     // Every variable the example reads is set, to a value of the kind its name says (a DSN, a secret).
@@ -352,10 +360,28 @@ describe('a wrong file fails the schema at the key check-config names', () => {
     expect(problems.some((p) => p.startsWith(path))).toBe(true)
   })
 
-  test('without upstream the schema says which key is missing', () => {
+  test('without upstream or servers the schema says which keys are missing', () => {
     const { upstream: _u, ...doc } = structuredClone(BASE)
     expect(schemaErrors(doc)).toContainEqual(expect.objectContaining({ keyword: 'required', params: { missingProperty: 'upstream' } }))
+    expect(schemaErrors(doc)).toContainEqual(expect.objectContaining({ keyword: 'required', params: { missingProperty: 'servers' } }))
     expect(problemsOf(doc)).toContainEqual(expect.stringMatching(/^upstream: is required/))
+  })
+
+  test('upstream and servers together fail both; so does a server name an editor can flag as typed', () => {
+    const both = { ...structuredClone(BASE), servers: { docs: { url: 'http://127.0.0.1:3001/mcp' } } }
+    expect(schemaErrors(both)).toContainEqual(expect.objectContaining({ instancePath: '', keyword: 'oneOf' }))
+    expect(problemsOf(both)).toContainEqual(expect.stringMatching(/^upstream: and servers cannot both be set/))
+    const { upstream: _u, ...alone } = structuredClone(BASE)
+    for (const name of ['Docs', 'a..b', 'a%2Fb', 'x'.repeat(33), '', '-docs']) {
+      const doc = { ...structuredClone(alone), servers: { [name]: { url: 'http://127.0.0.1:3001/mcp' } } }
+      expect(schemaErrors(doc)).toContainEqual(expect.objectContaining({ instancePath: '/servers', keyword: 'propertyNames' }))
+      expect(problemsOf(doc)).toEqual([expect.stringMatching(/^servers(\.|: has an empty name).* is not a valid server name/)])
+    }
+    const good = {
+      ...structuredClone(alone),
+      servers: { docs: { url: 'http://127.0.0.1:3001/mcp' }, ['x'.repeat(32)]: { url: 'http://127.0.0.1:3002/mcp' } },
+    }
+    expect([schemaErrors(good), problemsOf(good)]).toEqual([[], []])
   })
 
   test('a policy file: a wrong key and a bad effect fail the policy schema', () => {
@@ -482,7 +508,7 @@ describe('one source: the schema and check-config agree, key by key', () => {
       }
     }
     walk(schema, '')
-    expect(required).toEqual(expect.arrayContaining(['upstream', 'policy.default', 'postgres.dsn', 'budget.repeat_limit.calls']))
+    expect(required).toEqual(expect.arrayContaining(['servers.<name>.url', 'policy.default', 'postgres.dsn', 'budget.repeat_limit.calls']))
     for (const path of required) expect(expectAgreement(path, undefined).configOk).toBe(false)
     // What the schema means by allowing null: `key:` with nothing after it reads as the key left out.
     expect(nullable.length).toBeGreaterThan(30)

@@ -16,6 +16,10 @@ type Doc = Record<string, unknown>
 const JWT_SECRET = 'a-jwt-secret-that-stays-in-every-document-0123'
 const BASE: Doc = { upstream: 'http://127.0.0.1:3001', auth: { mode: 'jwt', jwt: { secret: JWT_SECRET } }, audit: { output: 'stdout' } }
 
+const DOCS_URL = 'http://127.0.0.1:3001/mcp'
+/** BASE with one server in place of upstream. */
+const SERVERS: Doc = { ...Object.fromEntries(Object.entries(BASE).filter(([k]) => k !== 'upstream')), servers: { docs: { url: DOCS_URL } } }
+
 const load = (doc: Doc): Config => parseConfig(yaml.dump(doc), { env: {}, baseDir: '/srv' })
 const diff = (a: Config, b: Config) => diffConfigs(a, b, keysNeedingRestart(a, b))
 
@@ -34,6 +38,8 @@ interface Case {
   readonly without: Doc
   readonly values: readonly [string, string]
   readonly hidden: (value: string) => string
+  /** The key's path in these files, where the pattern has an operator's name (`*`). */
+  readonly at?: string
 }
 
 const whole = (value: string): string => value
@@ -56,13 +62,20 @@ const CASES: Readonly<Record<string, Case>> = {
     values: ['first-admin-token-0123456789abcdef-xyz', 'second-admin-token-0123456789abcdef-xyz'],
     hidden: whole,
   },
+  'servers.*.headers.*': {
+    withValue: (v) => ({ ...SERVERS, servers: { docs: { url: DOCS_URL, headers: { Authorization: v } } } }),
+    without: SERVERS,
+    values: ['Bearer first-docs-token-0123456789abcdef', 'Bearer second-docs-token-0123456789abcdef'],
+    hidden: (v) => v.split(' ')[1],
+    at: 'servers.docs.headers.Authorization',
+  },
 }
 
 /** What the key-name pattern the diff once went by caught: a key named or ending in one of these words. */
 const SECRET_NAME = /(^|_)(secret|token|password|passwd|dsn|api_key|private_key)$/i
 
-test('the schema marks the JWT secret, the DSN and the admin token, and every key whose name says it holds a secret', () => {
-  expect(SECRET_KEYS).toEqual(['auth.jwt.secret', 'postgres.dsn', 'admin.token'])
+test("the schema marks servers' header values, the JWT secret, the DSN and the admin token, and every key whose name says it holds a secret", () => {
+  expect(SECRET_KEYS).toEqual(['servers.*.headers.*', 'auth.jwt.secret', 'postgres.dsn', 'admin.token'])
   // A key added with a secret's name and without the mark fails here.
   for (const { pattern, node } of [...schemaKeys(), ...schemaKeys('policy')]) {
     const name = pattern.split('.').pop()!.replace(/\[\]$/, '')
@@ -76,6 +89,7 @@ test('every secret key has a case below', () => {
 
 describe.each(SECRET_KEYS)('%s', (key) => {
   const c = CASES[key]
+  const path = c.at ?? key
   const [first, second] = c.values
   const shownNowhere = (text: string): void => {
     for (const value of c.values) expect(text).not.toContain(c.hidden(value))
@@ -83,7 +97,7 @@ describe.each(SECRET_KEYS)('%s', (key) => {
 
   test('changed: the change is listed, masked, and neither value is shown', () => {
     const changes = diff(load(c.withValue(first)), load(c.withValue(second))).changes
-    expect(changes.map((ch) => ch.key)).toEqual([key])
+    expect(changes.map((ch) => ch.key)).toEqual([path])
     expect(changes[0]).toMatchObject({ change: 'changed', masked: true })
     shownNowhere(JSON.stringify(changes))
   })
@@ -96,7 +110,7 @@ describe.each(SECRET_KEYS)('%s', (key) => {
     const on = load(c.withValue(first))
     const off = load(c.without)
     for (const changes of [diff(off, on).changes, diff(on, off).changes]) {
-      const holding = changes.filter((ch) => key === ch.key || key.startsWith(`${ch.key}.`))
+      const holding = changes.filter((ch) => path === ch.key || path.startsWith(`${ch.key}.`))
       expect(holding).toHaveLength(1)
       expect(holding[0].masked).toBe(true)
       shownNowhere(JSON.stringify(changes))

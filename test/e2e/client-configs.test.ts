@@ -12,6 +12,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import yaml from 'js-yaml'
 import { mintToken } from '../../src/cli/token'
 import { type Harness, MCP_HEADERS, rpc, startHarness } from '../helpers/harness'
+import { type ServersHarness, startServersHarness } from '../helpers/servers'
 
 const ROOT = join(__dirname, '..', '..')
 const DOC = readFileSync(join(ROOT, 'docs', 'clients.md'), 'utf8')
@@ -43,7 +44,10 @@ function fencedBlocks(markdown: string): Block[] {
 
 const blocks = fencedBlocks(DOC)
 const jsonBlocks = blocks.filter((b) => b.lang === 'json')
-const named = jsonBlocks.map((b) => [`${b.section} (line ${b.line})`, b] as const)
+/** The section whose blocks point at one server of several (`/mcp/<name>`): checked against a gateway with `servers:`. */
+const SEVERAL = 'Several servers behind one gateway'
+const named = jsonBlocks.filter((b) => b.section !== SEVERAL).map((b) => [`${b.section} (line ${b.line})`, b] as const)
+const severalNamed = jsonBlocks.filter((b) => b.section === SEVERAL).map((b) => [`${b.section} (line ${b.line})`, b] as const)
 
 /** One server entry as a client would reach it: where, with which headers, and with what environment. */
 interface Endpoint {
@@ -319,4 +323,54 @@ test('every --header on the page’s command lines sends the token as Authorizat
   expect(add).toMatch(
     /^claude mcp add --transport http wardline http:\/\/127\.0\.0\.1:8080\/mcp --header "Authorization: Bearer \$WARDLINE_TOKEN"$/,
   )
+})
+
+describe('several servers: the per-server URLs', () => {
+  const secret = 'client-configs-test-secret-0123456789abcdef'
+  let g: ServersHarness
+  let own: string
+  beforeAll(async () => {
+    g = await startServersHarness({ docs: {}, tickets: {} }, { auth: { mode: 'jwt', jwt: { secret } } })
+    own = await mintToken(g.config, { sub: 'alice', tenant: 'acme', ttlSeconds: 600 })
+  })
+  afterAll(async () => {
+    await g?.close()
+  })
+
+  test('the section shows each client format: .mcp.json, Cursor, VS Code and the mcp-remote bridge', () => {
+    expect(severalNamed).toHaveLength(4)
+    expect(DOC).toMatch(/`http:\/\/HOST:8080\/mcp\/<name>`/)
+  })
+
+  test.each(severalNamed)('%s: one entry per server at /mcp/<name>, each listing tools through the gateway', async (_name, block) => {
+    const found = endpoints(JSON.parse(block.text) as Record<string, unknown>)
+    expect(found.map(({ url }) => new URL(url).pathname)).toEqual(['/mcp/docs', '/mcp/tickets'])
+    for (const { url, headers } of found) {
+      expect(Object.keys(headers).map((k) => k.toLowerCase())).toEqual(['authorization'])
+      const target = new URL(url)
+      target.host = new URL(g.url).host
+      const sent = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, fillIn(v, own)]))
+      const client = new Client({ name: 'client-configs-test', version: '1.0.0' })
+      await client.connect(new StreamableHTTPClientTransport(target, { requestInit: { headers: sent } }))
+      try {
+        expect((await client.listTools()).tools.map((t) => t.name)).toContain('echo')
+      } finally {
+        await client.close()
+      }
+    }
+  })
+
+  test('a path naming no server gets the 404 the page and its failure table name', async () => {
+    for (const path of ['/mcp', '/mcp/Docs', '/mcp/nope']) {
+      const res = await fetch(`${g.url}${path}`, {
+        method: 'POST',
+        headers: { ...MCP_HEADERS, authorization: `Bearer ${own}` },
+        body: JSON.stringify(rpc('ping')),
+      })
+      expect(res.status).toBe(404)
+      const { error } = (await res.json()) as { error: { message: string } }
+      expect(DOC.slice(DOC.indexOf('## Common failures'))).toContain(`404 \`${error.message}\``)
+      expect(DOC.slice(DOC.indexOf(`## ${SEVERAL}`), DOC.indexOf('## Common failures'))).toContain(`404 \`${error.message}\``)
+    }
+  })
 })
