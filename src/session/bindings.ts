@@ -5,7 +5,7 @@ export interface SessionOwner {
 }
 
 interface Binding extends SessionOwner {
-  /** The canonical id (sessionKey): the key of both maps. */
+  /** The canonical id (sessionKey), scoped by its server (bindingKey): the key of both maps. */
   readonly key: string
   /** ownerKey(tenant, identity). */
   readonly owner: string
@@ -34,9 +34,12 @@ export interface SessionLimits {
 export type Eviction = 'full' | 'identity_full'
 
 /**
- * Which principal created which session id, learnt from the upstream's answers (session/stage.ts):
- * bounded in memory, forgotten after `idleMs` without use by the owner, on a successful DELETE, and
- * least recently used first when a cap is reached.
+ * Which principal created which session id at which server, learnt from the upstream's answers
+ * (session/stage.ts). Each server makes its own ids, and two may make the same one: a binding is
+ * keyed by the server as well (`server`, the routed server's name; null with `upstream:` alone), so
+ * that an id one server issued says nothing about the same id at another, neither who owns it nor
+ * that it is shared. Bindings are bounded in memory, forgotten after `idleMs` without use by the
+ * owner, on a successful DELETE, and least recently used first when a cap is reached.
  *
  * Recency is kept by re-inserting a binding into the two insertion-ordered Maps when its owner uses
  * it (at most once per TOUCH_MS, so a busy session costs a lookup, not two deletes and inserts per
@@ -60,11 +63,11 @@ export class SessionBindings {
   }
 
   /**
-   * The session `id` was created for `owner`. Called before the answer that names it reaches the
-   * client, so no request can present the id before it is bound.
+   * The session `id` was created at `server` for `owner`. Called before the answer that names it
+   * reaches the client, so no request can present the id before it is bound.
    */
-  bind(id: string, owner: SessionOwner): void {
-    const key = sessionKey(id)
+  bind(id: string, owner: SessionOwner, server: string | null = null): void {
+    const key = bindingKey(server, sessionKey(id))
     const t = this.now()
     this.sweep(t)
     const known = this.byKey.get(key)
@@ -91,12 +94,12 @@ export class SessionBindings {
   }
 
   /**
-   * Whether `id` may be used by `caller`: true when it is unknown (never seen created, idled out,
-   * forgotten, or on another replica; the upstream judges it), shared, or the caller's own (which
-   * counts as a use). False when another principal created it.
+   * Whether `id` may be used at `server` by `caller`: true when it is unknown there (never seen
+   * created, idled out, forgotten, or on another replica; the upstream judges it), shared, or the
+   * caller's own (which counts as a use). False when another principal created it at that server.
    */
-  allows(id: string, caller: SessionOwner): boolean {
-    const binding = this.find(id)
+  allows(id: string, caller: SessionOwner, server: string | null = null): boolean {
+    const binding = this.find(server, id)
     if (binding === undefined) return true
     const t = this.now()
     if (binding.streams === 0 && t - binding.seenAtMs >= this.limits.idleMs) {
@@ -114,36 +117,36 @@ export class SessionBindings {
    * `unpin`: a client listening on its GET stream for days without a request is still using it.
    * False when `id` is not the caller's binding (nothing to keep).
    */
-  pin(id: string, caller: SessionOwner): boolean {
-    const binding = this.find(id)
+  pin(id: string, caller: SessionOwner, server: string | null = null): boolean {
+    const binding = this.find(server, id)
     if (binding === undefined || binding.tenant !== caller.tenant || binding.identity !== caller.identity) return false
     binding.streams++
     return true
   }
 
   /** A stream `pin` counted has ended; its end counts as a use. */
-  unpin(id: string): void {
-    const binding = this.find(id)
+  unpin(id: string, server: string | null = null): void {
+    const binding = this.find(server, id)
     if (binding === undefined || binding.streams === 0) return
     binding.streams--
     this.touch(binding, this.now())
   }
 
   /** The owner deleted the session (the upstream answered its DELETE with a 2xx). */
-  release(id: string, caller: SessionOwner): void {
-    const binding = this.find(id)
+  release(id: string, caller: SessionOwner, server: string | null = null): void {
+    const binding = this.find(server, id)
     if (binding !== undefined && binding.tenant === caller.tenant && binding.identity === caller.identity) this.forget(binding)
   }
 
   /**
-   * The binding of `id` in any spelling. Keys are canonical, so an id that is a key (what its owner
-   * sends, as the upstream made it) is found by one lookup; only other spellings pay for sessionKey.
+   * The binding of `id` at `server` in any spelling. Keys are canonical, so an id that is a key (what
+   * its owner sends, as the upstream made it) is found by one lookup; only other spellings pay for sessionKey.
    */
-  private find(id: string): Binding | undefined {
-    const exact = this.byKey.get(id)
+  private find(server: string | null, id: string): Binding | undefined {
+    const exact = this.byKey.get(bindingKey(server, id))
     if (exact !== undefined) return exact
     const key = sessionKey(id)
-    return key === id ? undefined : this.byKey.get(key)
+    return key === id ? undefined : this.byKey.get(bindingKey(server, key))
   }
 
   /**
@@ -184,6 +187,15 @@ export class SessionBindings {
  * Far below any sensible session_idle_seconds (at least 60 s).
  */
 const TOUCH_MS = 1000
+
+/**
+ * A canonical session id as bindings are keyed: as it is with `upstream:` alone (one server), else
+ * after its server's name and a `/`, which no server name holds, so no two servers' keys meet. A
+ * process serves either `upstream:` or `servers:` (switching is a restart), so the two forms never mix.
+ */
+function bindingKey(server: string | null, key: string): string {
+  return server === null ? key : `${server}/${key}`
+}
 
 /** Collision-free whatever the strings hold: the tenant's length leads. */
 function ownerKey(tenant: string, identity: string): string {

@@ -108,6 +108,29 @@ describe('session bindings', () => {
     expect(b.allows('same-for-all', BOB)).toBe(true)
   })
 
+  test('bindings are per server: the same id at another server is unknown there, and binding it there shares nothing', () => {
+    const { b } = bindings()
+    const id = 'bcdef012-3456-789a-bcde-f0123456789a'
+    b.bind(id, ALICE, 'docs')
+    expect(b.allows(id, MALLORY, 'docs')).toBe(false)
+    // Another server issued the same id: unknown there, so its server judges it.
+    expect(b.allows(id, MALLORY, 'tickets')).toBe(true)
+    // Mallory's session of that id at the other server is hers there, and leaves Alice's as it was.
+    b.bind(id, MALLORY, 'tickets')
+    expect(b.allows(id, ALICE, 'tickets')).toBe(false)
+    expect(b.allows(id, MALLORY, 'docs')).toBe(false)
+    // Every spelling is scoped too, and so are pins and deletes.
+    expect(b.allows(id.replaceAll('-', '').toUpperCase(), MALLORY, 'docs')).toBe(false)
+    expect(b.pin(id, MALLORY, 'docs')).toBe(false)
+    b.release(id, MALLORY, 'docs')
+    expect(b.allows(id, MALLORY, 'docs')).toBe(false)
+    b.release(id, ALICE, 'docs')
+    expect(b.allows(id, MALLORY, 'docs')).toBe(true)
+    expect(b.allows(id, ALICE, 'tickets')).toBe(false)
+    // With `upstream:` alone (no server name) ids are keyed as before, apart from every named server's.
+    expect(b.allows(id, ALICE)).toBe(true)
+  })
+
   test("every spelling Python's uuid.UUID(hex=...) reads as the owner's UUID is the owner's", () => {
     const { b } = bindings()
     b.bind('bcdef012-3456-789a-bcde-f0123456789a', ALICE)
