@@ -12,7 +12,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { ExampleServer } from '../../examples/mcp-server'
 import { AnswerRefused } from '../../src/pipeline/answer'
 import { routedEndpoint } from '../../src/server/legacy-endpoint'
-import { MCP_HEADERS, as, rpc, toolCall } from '../helpers/harness'
+import { MCP_HEADERS, as, metricSamples, rpc, toolCall } from '../helpers/harness'
 import { open, send } from '../helpers/http-client'
 import { type ServersHarness, startServersHarness } from '../helpers/servers'
 import { waitFor } from '../helpers/wait'
@@ -106,7 +106,11 @@ describe('legacy (sse) servers behind the router', () => {
   beforeAll(async () => {
     h = await startServersHarness(
       { legacy: { transport: 'sse' }, tickets: { transport: 'sse' }, docs: {} },
-      { tool_refusals: 'result', policy: { default: 'allow', rules: [{ identity: 'alice', tool: 'add', effect: 'deny' }] } },
+      {
+        default_server: 'legacy',
+        tool_refusals: 'result',
+        policy: { default: 'allow', rules: [{ identity: 'alice', tool: 'add', effect: 'deny' }] },
+      },
     )
   })
   afterAll(() => h.close())
@@ -169,6 +173,17 @@ describe('legacy (sse) servers behind the router', () => {
       const mine = await send(h.url, 'POST', { ...MCP_HEADERS, ...ALICE }, JSON.stringify(rpc('ping')), stream.data)
       expect(mine.status).toBe(202)
       expect(posted()).toBe(before + 1)
+    } finally {
+      stream.abort()
+    }
+  })
+
+  test('the default server’s stream at /mcp names its endpoint below /mcp/<name>, where the router finds it', async () => {
+    const stream = await firstEvent(`${h.url}/mcp`)
+    try {
+      expect(stream.data).toMatch(/^\/mcp\/legacy\/messages\?sessionId=[0-9a-f-]{36}$/)
+      const reply = await send(h.url, 'POST', { ...MCP_HEADERS, ...ALICE }, JSON.stringify(rpc('ping')), stream.data)
+      expect(reply.status).toBe(202)
     } finally {
       stream.abort()
     }
@@ -268,6 +283,10 @@ describe('a legacy server whose endpoint the gateway cannot route', () => {
       expect(entry).toMatchObject({ decision: 'error', reason_code: 'upstream.failed' })
       expect(entry.reason).toMatch(/^upstream answer refused: the endpoint event names /)
       expect(entry.reason).toMatch(why)
+      // Counted as the server's bad answer, whatever other labels the series carries.
+      const metrics = await (await fetch(`${h.url}/metrics`)).text()
+      const bad = metricSamples(metrics, 'wardline_upstream_errors_total').filter((s) => s.labels.kind === 'bad_response')
+      expect(bad.reduce((n, s) => n + s.value, 0)).toBe(1)
     } finally {
       await h.close()
       await upstream.close()
