@@ -5,8 +5,10 @@ export interface SessionOwner {
 }
 
 interface Binding extends SessionOwner {
-  /** The canonical id (sessionKey), scoped by its server (bindingKey): the key of both maps. */
+  /** The canonical id (sessionKey): its key in its server's map. */
   readonly key: string
+  /** The server whose answer created it (`servers:` name); null with `upstream:` alone. */
+  readonly server: string | null
   /** ownerKey(tenant, identity). */
   readonly owner: string
   /** Last time the owner used it (clock ms): the idle expiry counts from here. */
@@ -35,21 +37,27 @@ export type Eviction = 'full' | 'identity_full'
 
 /**
  * Which principal created which session id at which server, learnt from the upstream's answers
- * (session/stage.ts). Each server makes its own ids, and two may make the same one: a binding is
- * keyed by the server as well (`server`, the routed server's name; null with `upstream:` alone), so
- * that an id one server issued says nothing about the same id at another, neither who owns it nor
- * that it is shared. Bindings are bounded in memory, forgotten after `idleMs` without use by the
- * owner, on a successful DELETE, and least recently used first when a cap is reached.
+ * (session/stage.ts): bounded in memory, forgotten after `idleMs` without use by the owner, on a
+ * successful DELETE, and least recently used first when a cap is reached.
  *
- * Recency is kept by re-inserting a binding into the two insertion-ordered Maps when its owner uses
- * it (at most once per TOUCH_MS, so a busy session costs a lookup, not two deletes and inserts per
- * request): the first entry of each map is then its least recently used one, which is what both the
- * idle sweep and the eviction need, with no timer and no sorted structure.
+ * Each server makes its own ids, and two may make the same one: bindings are held per server (the
+ * routed server's name; null with `upstream:` alone), so an id one server issued says nothing about
+ * the same id at another, neither who owns it nor that it is shared. One map per server, not one map
+ * of `server + id` keys: a lookup then builds no string (a request per session pays for it).
+ *
+ * Recency is kept by re-inserting a binding into its insertion-ordered server map and owner set when
+ * its owner uses it (at most once per TOUCH_MS, so a busy session costs a lookup, not two deletes and
+ * inserts per request): the first entry of each is then its least recently used one, which is what
+ * both the idle sweep and the eviction need, with no timer and no sorted structure. The least recently
+ * used binding of anyone is the oldest of the servers' first entries (a few servers, looked at only
+ * when the cap is reached).
  */
 export class SessionBindings {
-  private readonly byKey = new Map<string, Binding>()
+  /** Server → its bindings by canonical id, least recently used first. */
+  private readonly byServer = new Map<string | null, Map<string, Binding>>()
   /** ownerKey → that principal's bindings, least recently used first. */
-  private readonly byOwner = new Map<string, Map<string, Binding>>()
+  private readonly byOwner = new Map<string, Set<Binding>>()
+  private count = 0
 
   constructor(
     private readonly limits: SessionLimits,
@@ -59,7 +67,7 @@ export class SessionBindings {
   ) {}
 
   get size(): number {
-    return this.byKey.size
+    return this.count
   }
 
   /**
@@ -67,30 +75,42 @@ export class SessionBindings {
    * reaches the client, so no request can present the id before it is bound.
    */
   bind(id: string, owner: SessionOwner, server: string | null = null): void {
-    const key = bindingKey(server, sessionKey(id))
+    const key = sessionKey(id)
     const t = this.now()
     this.sweep(t)
-    const known = this.byKey.get(key)
+    const okey = ownerKey(owner.tenant, owner.identity)
+    const known = this.byServer.get(server)?.get(key)
     if (known !== undefined) {
-      if (known.owner !== ownerKey(owner.tenant, owner.identity)) known.shared = true
+      if (known.owner !== okey) known.shared = true
       this.touch(known, t)
       return
     }
-    const okey = ownerKey(owner.tenant, owner.identity)
     let own = this.byOwner.get(okey)
-    if (own === undefined) this.byOwner.set(okey, (own = new Map<string, Binding>()))
+    if (own === undefined) this.byOwner.set(okey, (own = new Set<Binding>()))
     if (own.size >= this.limits.maxPerIdentity) {
       this.forget(own.values().next().value as Binding)
       this.onEvicted('identity_full')
-    } else if (this.byKey.size >= this.limits.maxSessions) {
-      this.forget(this.byKey.values().next().value as Binding)
+    } else if (this.count >= this.limits.maxSessions) {
+      this.forget(this.leastRecentlyUsed())
       this.onEvicted('full')
     }
-    const binding: Binding = { key, owner: okey, tenant: owner.tenant, identity: owner.identity, seenAtMs: t, shared: false, streams: 0 }
-    this.byKey.set(key, binding)
-    // The eviction above may have removed this principal's last binding, and its map with it.
+    const binding: Binding = {
+      key,
+      server,
+      owner: okey,
+      tenant: owner.tenant,
+      identity: owner.identity,
+      seenAtMs: t,
+      shared: false,
+      streams: 0,
+    }
+    // The eviction above may have removed this server's or this principal's last binding, and its map with it.
+    let ids = this.byServer.get(server)
+    if (ids === undefined) this.byServer.set(server, (ids = new Map<string, Binding>()))
+    ids.set(key, binding)
+    this.count++
     if (!this.byOwner.has(okey)) this.byOwner.set(okey, own)
-    own.set(key, binding)
+    own.add(binding)
   }
 
   /**
@@ -143,10 +163,22 @@ export class SessionBindings {
    * its owner sends, as the upstream made it) is found by one lookup; only other spellings pay for sessionKey.
    */
   private find(server: string | null, id: string): Binding | undefined {
-    const exact = this.byKey.get(bindingKey(server, id))
+    const ids = this.byServer.get(server)
+    if (ids === undefined) return undefined
+    const exact = ids.get(id)
     if (exact !== undefined) return exact
     const key = sessionKey(id)
-    return key === id ? undefined : this.byKey.get(bindingKey(server, key))
+    return key === id ? undefined : ids.get(key)
+  }
+
+  /** The least recently used binding of anyone (there is one: called only when the cap is reached). */
+  private leastRecentlyUsed(): Binding {
+    let oldest: Binding | undefined
+    for (const ids of this.byServer.values()) {
+      const first = ids.values().next().value as Binding
+      if (oldest === undefined || first.seenAtMs < oldest.seenAtMs) oldest = first
+    }
+    return oldest as Binding
   }
 
   /**
@@ -154,30 +186,39 @@ export class SessionBindings {
    * open goes to the back as if just used (the loop meets it again, no longer idle, and stops there).
    */
   private sweep(t: number): void {
-    for (const binding of this.byKey.values()) {
-      if (t - binding.seenAtMs < this.limits.idleMs) return
-      if (binding.streams > 0) this.touch(binding, t)
-      else this.forget(binding)
+    for (const ids of this.byServer.values()) {
+      for (const binding of ids.values()) {
+        if (t - binding.seenAtMs < this.limits.idleMs) break
+        if (binding.streams > 0) this.touch(binding, t)
+        else this.forget(binding)
+      }
     }
   }
 
   private touch(binding: Binding, t: number): void {
     if (t - binding.seenAtMs < TOUCH_MS) return
     binding.seenAtMs = t
-    this.byKey.delete(binding.key)
-    this.byKey.set(binding.key, binding)
+    const ids = this.byServer.get(binding.server)
+    if (ids !== undefined) {
+      ids.delete(binding.key)
+      ids.set(binding.key, binding)
+    }
     const own = this.byOwner.get(binding.owner)
     if (own !== undefined) {
-      own.delete(binding.key)
-      own.set(binding.key, binding)
+      own.delete(binding)
+      own.add(binding)
     }
   }
 
   private forget(binding: Binding): void {
-    this.byKey.delete(binding.key)
+    const ids = this.byServer.get(binding.server)
+    if (ids === undefined || ids.get(binding.key) !== binding) return
+    ids.delete(binding.key)
+    this.count--
+    if (ids.size === 0) this.byServer.delete(binding.server)
     const own = this.byOwner.get(binding.owner)
     if (own === undefined) return
-    own.delete(binding.key)
+    own.delete(binding)
     if (own.size === 0) this.byOwner.delete(binding.owner)
   }
 }
@@ -187,15 +228,6 @@ export class SessionBindings {
  * Far below any sensible session_idle_seconds (at least 60 s).
  */
 const TOUCH_MS = 1000
-
-/**
- * A canonical session id as bindings are keyed: as it is with `upstream:` alone (one server), else
- * after its server's name and a `/`, which no server name holds, so no two servers' keys meet. A
- * process serves either `upstream:` or `servers:` (switching is a restart), so the two forms never mix.
- */
-function bindingKey(server: string | null, key: string): string {
-  return server === null ? key : `${server}/${key}`
-}
 
 /** Collision-free whatever the strings hold: the tenant's length leads. */
 function ownerKey(tenant: string, identity: string): string {
