@@ -24,7 +24,7 @@ const OWED = stateKey<OwedSlot | null>('concurrency.legacy-owed', null)
  * each with the ids of one POST body (at most one batch).
  */
 export class LegacyOwed {
-  /** The /sse stream of each legacy session, by the session id its endpoint event named. */
+  /** The /sse stream of each legacy session, by the session id its endpoint event named (streamKey). */
   private readonly sessions = new Map<string, LegacySession>()
 
   constructor(
@@ -45,7 +45,7 @@ export class LegacyOwed {
     if (this.sessions.size === 0 || ex.req.headers['mcp-session-id'] !== undefined) return
     const sessionId = postSession(ex)
     if (sessionId === '') return
-    const session = this.sessions.get(sessionId)
+    const session = this.sessions.get(streamKey(ex, sessionId))
     if (session === undefined || session.key !== key) return
     let ids: string[] | null = null
     const calls = ex.calls
@@ -123,10 +123,12 @@ export class LegacyOwed {
     const params = endpointParameters(data)
     if (params === null) return
     const id = params.get('sessionId') ?? params.get('session_id')
-    // A session id another open stream already named stays that stream's.
-    if (!id || this.sessions.has(id)) return
-    const session = new LegacySession(id, key)
-    this.sessions.set(id, session)
+    if (!id) return
+    const scoped = streamKey(ex, id)
+    // A session id another open stream of the same server already named stays that stream's.
+    if (this.sessions.has(scoped)) return
+    const session = new LegacySession(scoped, key)
+    this.sessions.set(scoped, session)
     ex.set(STREAM_SESSION, session)
   }
 
@@ -143,6 +145,14 @@ export class LegacyOwed {
     owed.ids[owed.ids.indexOf(key)] = ''
     if (--owed.remaining === 0) settle(owed, this.limiter)
   }
+}
+
+/**
+ * What a legacy session is tracked under: its id, after the routed server's name when there is one.
+ * Each server makes its own ids: one server's stream must never settle (or owe) another server's POSTs.
+ */
+function streamKey(ex: Exchange, sessionId: string): string {
+  return ex.server === null ? sessionId : `${ex.server}/${sessionId}`
 }
 
 /**
@@ -169,6 +179,7 @@ class LegacySession {
   /** Every slot waiting for an answer on this stream. */
   readonly slots = new Set<OwedSlot>()
   constructor(
+    /** Where `sessions` holds it (streamKey). */
     readonly id: string,
     /** The concurrency key of the stream's caller: only its own POSTs owe slots here. */
     readonly key: string,

@@ -70,9 +70,20 @@ export function reportOutcome(ex: Exchange, outcome: Outcome): void {
 }
 
 /**
+ * What a reader throws when the upstream's answer itself must not reach the client (a legacy stream's
+ * endpoint the gateway cannot route): the upstream's failure, not the stage's. The relay ends the answer
+ * as WL_UPSTREAM_FAILED (502 while nothing was sent, else the stream is cut; audited `upstream.failed`
+ * with this message) and counts it as the upstream's bad answer.
+ */
+export class AnswerRefused extends Error {
+  override readonly name = 'AnswerRefused'
+}
+
+/**
  * Passes one message of the answer through every reader that reads messages, in chain order. A reader
  * that throws is noted on the exchange (`answerFailure`) and the throw goes on to the relay: the
  * message it could not read is never passed on unread (a list the filter could not judge stays hidden).
+ * An AnswerRefused goes on to the relay without being noted: it is the upstream's failure.
  */
 export function rewriteMessage(ex: Exchange, message: string): string {
   const readers = ex.answerReaders
@@ -84,7 +95,7 @@ export function rewriteMessage(ex: Exchange, message: string): string {
     try {
       text = reader.onMessage(ex, text)
     } catch (err) {
-      noteAnswerFailure(ex, err)
+      if (!(err instanceof AnswerRefused)) noteAnswerFailure(ex, err)
       throw err
     }
   }

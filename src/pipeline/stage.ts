@@ -77,7 +77,8 @@ export interface Stage {
    * With `answers.reads: 'messages'`: one JSON-RPC message of the answer, or a batch of them (the
    * whole body of a JSON answer, the data of one SSE event), as text. Returns the text to send: the
    * same string leaves the original bytes untouched; another string replaces them. Synchronous; must
-   * not throw.
+   * not throw, but for an AnswerRefused (pipeline/answer.ts): the upstream's answer must not reach the
+   * client, and the relay ends it as the upstream's failure.
    */
   onMessage?(ex: Exchange, message: string): string
   /** Releases what `run` took for this request (a concurrency slot…). Synchronous; must not throw. */

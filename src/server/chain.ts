@@ -16,6 +16,7 @@ import { type ListFilterState, listFilterStage, listFilterState } from '../polic
 import { policyStage, policyVerdictStage } from '../policy/stage'
 import { sessionStages } from '../session/stage'
 import { LegacyStreams } from '../upstream/legacy-streams'
+import { legacyEndpointStage } from './legacy-endpoint'
 
 /**
  * What one route is configured with: its server (where it is, its timeouts, connections and
@@ -135,6 +136,9 @@ export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteS
     shared.auth,
     // On every request, a token answered from the token cache included: a revocation applies at once.
     shared.revocation,
+    // A legacy (`sse`) server's endpoint event, rewritten to come back through this route before any
+    // later reader learns a session from it; one that cannot ends the stream before any does.
+    ...legacyEndpoint(route),
     // Before the body is read: a caller presenting a session another principal created gets 404.
     ...shared.sessions,
     // Before the body is read: a capped caller cannot make the gateway buffer bodies without bound.
@@ -155,6 +159,13 @@ export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteS
     ...budget,
     ...(policy.length === 0 ? [] : [policyVerdictStage]),
   ]
+}
+
+/** The endpoint rewriter of a `transport: sse` server's streams (legacy-endpoint.ts); none for any other route. */
+function legacyEndpoint(route: RouteConfig): Stage[] {
+  const upstream = route.upstream
+  if (route.server === null || !('transport' in upstream) || upstream.transport !== 'sse') return []
+  return [legacyEndpointStage(route.server, upstream.url)]
 }
 
 /**

@@ -18,7 +18,7 @@ export const SERVERS_PATH = '/mcp'
  * server's origin. Plain segments only: no empty, `.` or `..` segment, no percent-encoding, nothing a
  * server could decode into another path.
  */
-const MESSAGE_PATH = /^(?:\/[A-Za-z0-9\-_~!$&'()*+,;=:@]+(?:\.[A-Za-z0-9\-_~!$&'()*+,;=:@]*)*)+\/?$/
+export const MESSAGE_PATH = /^(?:\/[A-Za-z0-9\-_~!$&'()*+,;=:@]+(?:\.[A-Za-z0-9\-_~!$&'()*+,;=:@]*)*)+\/?$/
 
 /** What a request path names, or null when it names no server at all. */
 export interface ServerTarget {

@@ -5,8 +5,10 @@ export interface SessionOwner {
 }
 
 interface Binding extends SessionOwner {
-  /** The canonical id (sessionKey): the key of both maps. */
+  /** The canonical id (sessionKey): its key in its server's map. */
   readonly key: string
+  /** The server whose answer created it (`servers:` name); null with `upstream:` alone. */
+  readonly server: string | null
   /** ownerKey(tenant, identity). */
   readonly owner: string
   /** Last time the owner used it (clock ms): the idle expiry counts from here. */
@@ -34,19 +36,28 @@ export interface SessionLimits {
 export type Eviction = 'full' | 'identity_full'
 
 /**
- * Which principal created which session id, learnt from the upstream's answers (session/stage.ts):
- * bounded in memory, forgotten after `idleMs` without use by the owner, on a successful DELETE, and
- * least recently used first when a cap is reached.
+ * Which principal created which session id at which server, learnt from the upstream's answers
+ * (session/stage.ts): bounded in memory, forgotten after `idleMs` without use by the owner, on a
+ * successful DELETE, and least recently used first when a cap is reached.
  *
- * Recency is kept by re-inserting a binding into the two insertion-ordered Maps when its owner uses
- * it (at most once per TOUCH_MS, so a busy session costs a lookup, not two deletes and inserts per
- * request): the first entry of each map is then its least recently used one, which is what both the
- * idle sweep and the eviction need, with no timer and no sorted structure.
+ * Each server makes its own ids, and two may make the same one: bindings are held per server (the
+ * routed server's name; null with `upstream:` alone), so an id one server issued says nothing about
+ * the same id at another, neither who owns it nor that it is shared. One map per server, not one map
+ * of `server + id` keys: a lookup then builds no string (a request per session pays for it).
+ *
+ * Recency is kept by re-inserting a binding into its insertion-ordered server map and owner set when
+ * its owner uses it (at most once per TOUCH_MS, so a busy session costs a lookup, not two deletes and
+ * inserts per request): the first entry of each is then its least recently used one, which is what
+ * both the idle sweep and the eviction need, with no timer and no sorted structure. The least recently
+ * used binding of anyone is the oldest of the servers' first entries (a few servers, looked at only
+ * when the cap is reached).
  */
 export class SessionBindings {
-  private readonly byKey = new Map<string, Binding>()
+  /** Server → its bindings by canonical id, least recently used first. */
+  private readonly byServer = new Map<string | null, Map<string, Binding>>()
   /** ownerKey → that principal's bindings, least recently used first. */
-  private readonly byOwner = new Map<string, Map<string, Binding>>()
+  private readonly byOwner = new Map<string, Set<Binding>>()
+  private count = 0
 
   constructor(
     private readonly limits: SessionLimits,
@@ -56,47 +67,59 @@ export class SessionBindings {
   ) {}
 
   get size(): number {
-    return this.byKey.size
+    return this.count
   }
 
   /**
-   * The session `id` was created for `owner`. Called before the answer that names it reaches the
-   * client, so no request can present the id before it is bound.
+   * The session `id` was created at `server` for `owner`. Called before the answer that names it
+   * reaches the client, so no request can present the id before it is bound.
    */
-  bind(id: string, owner: SessionOwner): void {
+  bind(id: string, owner: SessionOwner, server: string | null = null): void {
     const key = sessionKey(id)
     const t = this.now()
     this.sweep(t)
-    const known = this.byKey.get(key)
+    const okey = ownerKey(owner.tenant, owner.identity)
+    const known = this.byServer.get(server)?.get(key)
     if (known !== undefined) {
-      if (known.owner !== ownerKey(owner.tenant, owner.identity)) known.shared = true
+      if (known.owner !== okey) known.shared = true
       this.touch(known, t)
       return
     }
-    const okey = ownerKey(owner.tenant, owner.identity)
     let own = this.byOwner.get(okey)
-    if (own === undefined) this.byOwner.set(okey, (own = new Map<string, Binding>()))
+    if (own === undefined) this.byOwner.set(okey, (own = new Set<Binding>()))
     if (own.size >= this.limits.maxPerIdentity) {
       this.forget(own.values().next().value as Binding)
       this.onEvicted('identity_full')
-    } else if (this.byKey.size >= this.limits.maxSessions) {
-      this.forget(this.byKey.values().next().value as Binding)
+    } else if (this.count >= this.limits.maxSessions) {
+      this.forget(this.leastRecentlyUsed())
       this.onEvicted('full')
     }
-    const binding: Binding = { key, owner: okey, tenant: owner.tenant, identity: owner.identity, seenAtMs: t, shared: false, streams: 0 }
-    this.byKey.set(key, binding)
-    // The eviction above may have removed this principal's last binding, and its map with it.
+    const binding: Binding = {
+      key,
+      server,
+      owner: okey,
+      tenant: owner.tenant,
+      identity: owner.identity,
+      seenAtMs: t,
+      shared: false,
+      streams: 0,
+    }
+    // The eviction above may have removed this server's or this principal's last binding, and its map with it.
+    let ids = this.byServer.get(server)
+    if (ids === undefined) this.byServer.set(server, (ids = new Map<string, Binding>()))
+    ids.set(key, binding)
+    this.count++
     if (!this.byOwner.has(okey)) this.byOwner.set(okey, own)
-    own.set(key, binding)
+    own.add(binding)
   }
 
   /**
-   * Whether `id` may be used by `caller`: true when it is unknown (never seen created, idled out,
-   * forgotten, or on another replica; the upstream judges it), shared, or the caller's own (which
-   * counts as a use). False when another principal created it.
+   * Whether `id` may be used at `server` by `caller`: true when it is unknown there (never seen
+   * created, idled out, forgotten, or on another replica; the upstream judges it), shared, or the
+   * caller's own (which counts as a use). False when another principal created it at that server.
    */
-  allows(id: string, caller: SessionOwner): boolean {
-    const binding = this.find(id)
+  allows(id: string, caller: SessionOwner, server: string | null = null): boolean {
+    const binding = this.find(server, id)
     if (binding === undefined) return true
     const t = this.now()
     if (binding.streams === 0 && t - binding.seenAtMs >= this.limits.idleMs) {
@@ -114,36 +137,48 @@ export class SessionBindings {
    * `unpin`: a client listening on its GET stream for days without a request is still using it.
    * False when `id` is not the caller's binding (nothing to keep).
    */
-  pin(id: string, caller: SessionOwner): boolean {
-    const binding = this.find(id)
+  pin(id: string, caller: SessionOwner, server: string | null = null): boolean {
+    const binding = this.find(server, id)
     if (binding === undefined || binding.tenant !== caller.tenant || binding.identity !== caller.identity) return false
     binding.streams++
     return true
   }
 
   /** A stream `pin` counted has ended; its end counts as a use. */
-  unpin(id: string): void {
-    const binding = this.find(id)
+  unpin(id: string, server: string | null = null): void {
+    const binding = this.find(server, id)
     if (binding === undefined || binding.streams === 0) return
     binding.streams--
     this.touch(binding, this.now())
   }
 
   /** The owner deleted the session (the upstream answered its DELETE with a 2xx). */
-  release(id: string, caller: SessionOwner): void {
-    const binding = this.find(id)
+  release(id: string, caller: SessionOwner, server: string | null = null): void {
+    const binding = this.find(server, id)
     if (binding !== undefined && binding.tenant === caller.tenant && binding.identity === caller.identity) this.forget(binding)
   }
 
   /**
-   * The binding of `id` in any spelling. Keys are canonical, so an id that is a key (what its owner
-   * sends, as the upstream made it) is found by one lookup; only other spellings pay for sessionKey.
+   * The binding of `id` at `server` in any spelling. Keys are canonical, so an id that is a key (what
+   * its owner sends, as the upstream made it) is found by one lookup; only other spellings pay for sessionKey.
    */
-  private find(id: string): Binding | undefined {
-    const exact = this.byKey.get(id)
+  private find(server: string | null, id: string): Binding | undefined {
+    const ids = this.byServer.get(server)
+    if (ids === undefined) return undefined
+    const exact = ids.get(id)
     if (exact !== undefined) return exact
     const key = sessionKey(id)
-    return key === id ? undefined : this.byKey.get(key)
+    return key === id ? undefined : ids.get(key)
+  }
+
+  /** The least recently used binding of anyone (there is one: called only when the cap is reached). */
+  private leastRecentlyUsed(): Binding {
+    let oldest: Binding | undefined
+    for (const ids of this.byServer.values()) {
+      const first = ids.values().next().value as Binding
+      if (oldest === undefined || first.seenAtMs < oldest.seenAtMs) oldest = first
+    }
+    return oldest as Binding
   }
 
   /**
@@ -151,30 +186,39 @@ export class SessionBindings {
    * open goes to the back as if just used (the loop meets it again, no longer idle, and stops there).
    */
   private sweep(t: number): void {
-    for (const binding of this.byKey.values()) {
-      if (t - binding.seenAtMs < this.limits.idleMs) return
-      if (binding.streams > 0) this.touch(binding, t)
-      else this.forget(binding)
+    for (const ids of this.byServer.values()) {
+      for (const binding of ids.values()) {
+        if (t - binding.seenAtMs < this.limits.idleMs) break
+        if (binding.streams > 0) this.touch(binding, t)
+        else this.forget(binding)
+      }
     }
   }
 
   private touch(binding: Binding, t: number): void {
     if (t - binding.seenAtMs < TOUCH_MS) return
     binding.seenAtMs = t
-    this.byKey.delete(binding.key)
-    this.byKey.set(binding.key, binding)
+    const ids = this.byServer.get(binding.server)
+    if (ids !== undefined) {
+      ids.delete(binding.key)
+      ids.set(binding.key, binding)
+    }
     const own = this.byOwner.get(binding.owner)
     if (own !== undefined) {
-      own.delete(binding.key)
-      own.set(binding.key, binding)
+      own.delete(binding)
+      own.add(binding)
     }
   }
 
   private forget(binding: Binding): void {
-    this.byKey.delete(binding.key)
+    const ids = this.byServer.get(binding.server)
+    if (ids === undefined || ids.get(binding.key) !== binding) return
+    ids.delete(binding.key)
+    this.count--
+    if (ids.size === 0) this.byServer.delete(binding.server)
     const own = this.byOwner.get(binding.owner)
     if (own === undefined) return
-    own.delete(binding.key)
+    own.delete(binding)
     if (own.size === 0) this.byOwner.delete(binding.owner)
   }
 }

@@ -25,6 +25,9 @@ const LEGACY_PINNED = stateKey<string | null>('legacy-session.pinned', null)
  * containing that session ID with HTTP 404 Not Found"): the caller learns nothing it would not learn
  * from a made-up id. A successful DELETE by the owner forgets the binding (`finish`).
  *
+ * Sessions are the routed server's (`ex.server`): an id is bound at the server whose answer named it,
+ * and judged only there (bindings.ts).
+ *
  * Runs right after authentication, before the body is read: a refused request costs no buffering.
  * An id the gateway never saw created (created before a restart, through another replica, or idled
  * out) passes: the upstream still validates it, as it did before this stage existed.
@@ -38,11 +41,12 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
       if (principal === null || bindings.size === 0) return CONTINUE
       const header = ex.req.headers['mcp-session-id']
       const url = ex.req.url ?? ''
-      if (!headerAllowed(bindings, header, principal) || (url.includes('?') && !queryAllowed(bindings, url, principal))) {
+      const server = ex.server
+      if (!headerAllowed(bindings, header, principal, server) || (url.includes('?') && !queryAllowed(bindings, url, principal, server))) {
         onRefused()
         return NOT_YOURS
       }
-      if (ex.req.method === 'GET' && typeof header === 'string' && bindings.pin(header, principal)) ex.set(PINNED, header)
+      if (ex.req.method === 'GET' && typeof header === 'string' && bindings.pin(header, principal, server)) ex.set(PINNED, header)
       return CONTINUE
     },
     onOutcome(ex: Exchange, outcome: Outcome): void {
@@ -50,13 +54,13 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
       const id = outcome.headers?.['mcp-session-id']
       // Called only for requests that hold an initialize (`answers`): the answer that creates a session.
       if (principal === null || typeof id !== 'string' || outcome.status < 200 || outcome.status > 299) return
-      bindings.bind(id, principal)
+      bindings.bind(id, principal, ex.server)
     },
     finish(ex: Exchange): void {
       if (ex.req.method === 'GET') return unpin(bindings, PINNED, ex)
       if (ex.req.method !== 'DELETE' || !ex.forwarded || ex.status < 200 || ex.status > 299 || ex.principal === null) return
       const id = ex.req.headers['mcp-session-id']
-      if (typeof id === 'string') bindings.release(id, ex.principal)
+      if (typeof id === 'string') bindings.release(id, ex.principal, ex.server)
     },
   }
 }
@@ -81,8 +85,8 @@ export function legacySessionStage(bindings: SessionBindings): Stage {
       if (parameters === null) return data
       for (const [name, value] of parameters) {
         if (!isSessionParameter(name) || value === '') continue
-        bindings.bind(value, principal)
-        if (bindings.pin(value, principal)) ex.set(LEGACY_PINNED, value)
+        bindings.bind(value, principal, ex.server)
+        if (bindings.pin(value, principal, ex.server)) ex.set(LEGACY_PINNED, value)
         break
       }
       return data
@@ -95,7 +99,7 @@ function unpin(bindings: SessionBindings, pinned: StateKey<string | null>, ex: E
   const id = ex.get(pinned)
   if (id === null) return
   ex.set(pinned, null)
-  bindings.unpin(id)
+  bindings.unpin(id, ex.server)
 }
 
 const NOT_YOURS: Refusal = {
@@ -110,11 +114,16 @@ const NOT_YOURS: Refusal = {
  * The `Mcp-Session-Id` header as every upstream may read it: the text, and when Node joined repeated
  * field lines (with `, `), each line on its own (Starlette reads the first, Node the joined text).
  */
-function headerAllowed(bindings: SessionBindings, header: string | string[] | undefined, caller: SessionOwner): boolean {
+function headerAllowed(
+  bindings: SessionBindings,
+  header: string | string[] | undefined,
+  caller: SessionOwner,
+  server: string | null,
+): boolean {
   if (typeof header !== 'string') return true
-  if (!bindings.allows(header, caller)) return false
+  if (!bindings.allows(header, caller, server)) return false
   if (!header.includes(',')) return true
-  for (const part of header.split(',')) if (!bindings.allows(part.trim(), caller)) return false
+  for (const part of header.split(',')) if (!bindings.allows(part.trim(), caller, server)) return false
   return true
 }
 
@@ -123,9 +132,9 @@ function headerAllowed(bindings: SessionBindings, header: string | string[] | un
  * last), names read decoded (`session%5Fid` is `session_id` to every upstream) and with brackets
  * (Express's qs reads `sessionId[]=x` as `['x']`, which indexes a Map-like object as `x`).
  */
-function queryAllowed(bindings: SessionBindings, url: string, caller: SessionOwner): boolean {
+function queryAllowed(bindings: SessionBindings, url: string, caller: SessionOwner, server: string | null): boolean {
   for (const [name, value] of new URLSearchParams(url.slice(url.indexOf('?') + 1))) {
-    if (isSessionParameter(name) && !bindings.allows(value, caller)) return false
+    if (isSessionParameter(name) && !bindings.allows(value, caller, server)) return false
   }
   return true
 }

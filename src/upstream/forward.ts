@@ -5,7 +5,7 @@ import { WardlineError, describeError } from '../errors'
 import { isStream } from '../mcp/streams'
 import { LinkedList } from '../linked-list'
 import { pushCorsHeaders } from '../pipeline/cors'
-import { noteAnswerFailure, reportOutcome, rewriteMessage } from '../pipeline/answer'
+import { AnswerRefused, noteAnswerFailure, reportOutcome, rewriteMessage } from '../pipeline/answer'
 import type { Exchange } from '../pipeline/exchange'
 import { failureCode, setCause } from '../pipeline/reason'
 import type { UpstreamFailureListener } from './failures'
@@ -246,9 +246,19 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     return true
   }
 
+  /**
+   * The relay of a read answer threw: a stage's failure (noted on the exchange), a reader refusing
+   * the upstream's answer (AnswerRefused), or the answer could not be read (an event too long).
+   */
+  private readFailed(err: unknown): void {
+    if (this.ex.answerFailure !== null) return this.stageFailed()
+    if (err instanceof AnswerRefused) return this.unreadable(err.message, 'upstream answer refused')
+    this.unreadable((err as Error).message)
+  }
+
   /** An answer a stage must read but cannot: 502 while nothing was sent, else the stream is cut. */
-  private unreadable(why: string): void {
-    const err = new WardlineError('WL_UPSTREAM_FAILED', `upstream answer not readable: ${why}`)
+  private unreadable(why: string, what = 'upstream answer not readable'): void {
+    const err = new WardlineError('WL_UPSTREAM_FAILED', `${what}: ${why}`)
     // Settle first: the abort below reports back through onResponseError, which must not win.
     this.giveUp(err, err.message)
     this.controller?.abort(err)
@@ -293,7 +303,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
       try {
         chunk = this.sse.push(chunk)
       } catch (err) {
-        return this.ex.answerFailure !== null ? this.stageFailed() : this.unreadable((err as Error).message)
+        return this.readFailed(err)
       }
       if (chunk.length === 0) return
     }
@@ -311,7 +321,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     try {
       rest = this.sse?.end()
     } catch (err) {
-      return this.ex.answerFailure !== null ? this.stageFailed() : this.unreadable((err as Error).message)
+      return this.readFailed(err)
     }
     this.writeHeldHead()
     if (rest) this.ex.res.write(rest)
@@ -327,8 +337,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     let rewritten: string
     try {
       rewritten = rewriteMessage(this.ex, text)
-    } catch {
-      return this.stageFailed()
+    } catch (err) {
+      return this.readFailed(err)
     }
     const bytes = rewritten === text ? body : Buffer.from(rewritten, 'utf8')
     this.heldHeaders?.push('content-length', String(bytes.length))

@@ -75,6 +75,22 @@ describe('buildChain: the stage order of one route', () => {
     }
   })
 
+  test('a legacy (sse) server’s route rewrites its endpoint events before any other reader; a streamable one’s does not', async () => {
+    const config = configFrom({
+      ...tree(),
+      upstream: undefined,
+      servers: { old: { url: 'http://127.0.0.1:1/sse', transport: 'sse' }, new: { url: 'http://127.0.0.1:1/mcp' } },
+    })
+    const { stages, close } = await shared(config)
+    try {
+      const [old, fresh] = routesOf(config).map((route) => buildChain(route, stages, routeStages()).map((s) => s.name))
+      expect(old).toEqual([...LEADING.slice(0, 3), 'legacy-endpoint', ...LEADING.slice(3)])
+      expect(fresh).toEqual(LEADING)
+    } finally {
+      await close()
+    }
+  })
+
   test('two routes over the same shared stages share those objects and make their own policy stages', async () => {
     const config = configFrom(tree({ features: { budget_enforcement: true }, policy: { default: 'deny', rules: [], filter_lists: false } }))
     const { stages, close } = await shared(config)

@@ -108,6 +108,47 @@ describe('session bindings', () => {
     expect(b.allows('same-for-all', BOB)).toBe(true)
   })
 
+  test('bindings are per server: the same id at another server is unknown there, and binding it there shares nothing', () => {
+    const { b } = bindings()
+    const id = 'bcdef012-3456-789a-bcde-f0123456789a'
+    b.bind(id, ALICE, 'docs')
+    expect(b.allows(id, MALLORY, 'docs')).toBe(false)
+    // Another server issued the same id: unknown there, so its server judges it.
+    expect(b.allows(id, MALLORY, 'tickets')).toBe(true)
+    // Mallory's session of that id at the other server is hers there, and leaves Alice's as it was.
+    b.bind(id, MALLORY, 'tickets')
+    expect(b.allows(id, ALICE, 'tickets')).toBe(false)
+    expect(b.allows(id, MALLORY, 'docs')).toBe(false)
+    // Every spelling is scoped too, and so are pins and deletes.
+    expect(b.allows(id.replaceAll('-', '').toUpperCase(), MALLORY, 'docs')).toBe(false)
+    expect(b.pin(id, MALLORY, 'docs')).toBe(false)
+    b.release(id, MALLORY, 'docs')
+    expect(b.allows(id, MALLORY, 'docs')).toBe(false)
+    b.release(id, ALICE, 'docs')
+    expect(b.allows(id, MALLORY, 'docs')).toBe(true)
+    expect(b.allows(id, ALICE, 'tickets')).toBe(false)
+    // With `upstream:` alone (no server name) ids are keyed as before, apart from every named server's.
+    expect(b.allows(id, ALICE)).toBe(true)
+  })
+
+  test('full: the least recently used binding of any server goes; the idle sweep covers every server', () => {
+    const { b, clock, evicted } = bindings({ maxSessions: 3, idleMs: 60_000 })
+    b.bind('s1', ALICE, 'docs')
+    clock.now = 2_000
+    b.bind('s2', BOB, 'tickets')
+    clock.now = 4_000
+    b.bind('s3', ALICE, 'docs')
+    clock.now = 6_000
+    expect(b.allows('s1', ALICE, 'docs')).toBe(true) // s1 is now the most recent: s2 is the oldest
+    b.bind('s4', BOB, 'docs')
+    expect(evicted).toEqual(['full'])
+    expect(b.allows('s2', MALLORY, 'tickets')).toBe(true)
+    expect(b.allows('s1', MALLORY, 'docs')).toBe(false)
+    clock.now = 200_000
+    b.bind('s5', BOB, 'tickets')
+    expect(b.size).toBe(1)
+  })
+
   test("every spelling Python's uuid.UUID(hex=...) reads as the owner's UUID is the owner's", () => {
     const { b } = bindings()
     b.bind('bcdef012-3456-789a-bcde-f0123456789a', ALICE)
