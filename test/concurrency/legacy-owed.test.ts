@@ -17,7 +17,7 @@ function exchange(server: string | null, method: 'GET' | 'POST', url: string): E
 describe('LegacyOwed across servers', () => {
   test('a legacy POST owes its slot to the stream of its own server only, even when another server issued the same session id', () => {
     const limiter = new ConcurrencyLimiter(4)
-    const owed = new LegacyOwed(limiter, 60_000)
+    const owed = new LegacyOwed(limiter, () => 60_000)
     const streamA = exchange('a', 'GET', '/mcp/a')
     owed.onMessage(streamA, 'k', '/mcp/a/messages?sessionId=same')
 
