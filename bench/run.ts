@@ -15,7 +15,7 @@ import { type BenchContext, type BenchRow, type BenchSection, formatRow } from '
 import { core } from './speed'
 
 /** Files other areas own; each may export `sections`. Loaded only when compiled and present. */
-const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack', 'lists']
+const AREA_FILES = ['auth', 'budget', 'policy', 'postgres', 'attack', 'lists', 'routing']
 /**
  * The whole run stays near two minutes; a section that could pass this (elapsed + its budget) is
  * skipped. 125, not 116: issue 14's Postgres figures (spread keys, the spike, round trips, the restart
