@@ -38,7 +38,7 @@ const WARMUP_MS = 300
 const FIRST_WARMUP_MS = 1_500
 
 /** Every stage on, as an operator's production file would have them (limits too high to refuse). */
-function everyStageOn(): Record<string, unknown> {
+export function everyStageOn(): Record<string, unknown> {
   return {
     auth: { mode: 'jwt', jwt: { secret: JWT_SECRET, cache_entries: 10_000 } },
     budget: {
@@ -57,14 +57,14 @@ function everyStageOn(): Record<string, unknown> {
   }
 }
 
-interface ProcessServer {
+export interface ProcessServer {
   readonly url: string
   sample(): Promise<ProcessSample>
   close(): Promise<void>
 }
 
 /** Which cores the servers and the load generator get; null when the machine cannot separate them. */
-interface Pinning {
+export interface Pinning {
   readonly servers: string
   readonly load: string
   readonly all: string
@@ -74,7 +74,7 @@ interface Pinning {
  * The first two CPUs this process may run on (its affinity list as taskset reports it, so a container's
  * cpuset is respected), or null without taskset or a second CPU. `all` restores the list afterwards.
  */
-function pinning(): Pinning | null {
+export function pinning(): Pinning | null {
   let all: string
   try {
     const out = execFileSync('taskset', ['-p', '-c', String(process.pid)], { encoding: 'utf8' })
@@ -98,12 +98,12 @@ function expandCpuList(list: string): number[] {
 }
 
 /** Every thread of this process onto `cores` (taskset -a: the threads of the pool and of workers too). */
-function pinSelf(cores: string): void {
+export function pinSelf(cores: string): void {
   execFileSync('taskset', ['-a', '-p', '-c', cores, String(process.pid)], { stdio: 'ignore' })
 }
 
 /** `dir`: where server-process.js is (default this build's; BENCH_AGAINST names another's). */
-function startProcessServer(job: ServerJob, cores: string | null, dir = __dirname): Promise<ProcessServer> {
+export function startProcessServer(job: ServerJob, cores: string | null, dir = __dirname): Promise<ProcessServer> {
   const file = join(dir, 'server-process.js')
   const args = [file, JSON.stringify(job)]
   const child: ChildProcess =
@@ -153,14 +153,18 @@ function startProcessServer(job: ServerJob, cores: string | null, dir = __dirnam
 }
 
 /** One round's figures for one proxy: the load's, plus its process's costs per response. */
-interface Round {
+export interface Round {
   readonly load: LoadResult
   readonly cpuUs: number
   readonly allocatedBytes: number
   readonly gcUs: number
 }
 
-async function measuredRound(server: ProcessServer, load: () => Promise<LoadResult>, warmup: () => Promise<LoadResult>): Promise<Round> {
+export async function measuredRound(
+  server: ProcessServer,
+  load: () => Promise<LoadResult>,
+  warmup: () => Promise<LoadResult>,
+): Promise<Round> {
   await warmup()
   const before = await server.sample()
   const result = await load()
@@ -174,7 +178,7 @@ async function measuredRound(server: ProcessServer, load: () => Promise<LoadResu
   }
 }
 
-interface Summary {
+export interface Summary {
   readonly load: LoadResult
   readonly cpuUs: number
   readonly allocatedBytes: number
@@ -183,7 +187,7 @@ interface Summary {
   readonly cpuSpread: readonly [number, number]
 }
 
-function summarizeRounds(rounds: readonly Round[]): Summary {
+export function summarizeRounds(rounds: readonly Round[]): Summary {
   const cpu = rounds.map((r) => r.cpuUs)
   return {
     load: summarize(rounds.map((r) => r.load)),
@@ -194,11 +198,11 @@ function summarizeRounds(rounds: readonly Round[]): Summary {
   }
 }
 
-function signed(ms: number): string {
+export function signed(ms: number): string {
   return `${ms < 0 ? '−' : '+'}${Math.abs(ms).toFixed(2)}`
 }
 
-function costs(s: Summary): string {
+export function costs(s: Summary): string {
   return (
     `${s.cpuUs.toFixed(1)} µs CPU/req (${s.cpuSpread[0].toFixed(1)}–${s.cpuSpread[1].toFixed(1)}), ` +
     `${(s.allocatedBytes / 1024).toFixed(1)} KiB alloc/req, ${s.gcUs.toFixed(1)} µs GC/req`
