@@ -166,7 +166,7 @@ function stubFeature(config: RouteConfig, sink: { path: string | null }): RouteF
     },
     inFlight: 0,
   } as unknown as Gateway
-  return { config, gateway, firstProbe: done, reload: () => undefined, closers: [], readiness: [] }
+  return { config, gateway, firstProbe: done, reload: () => undefined, stopProbe: () => done, closers: [], readiness: [] }
 }
 
 function stubRouter(count: number, sink: { path: string | null }): Router {

@@ -79,6 +79,12 @@ export class Exchange {
    */
   server: string | null = null
   /**
+   * Whose sessions a session id names (session/stage.ts): the routed server's origin, so that two
+   * server names in front of one upstream share its sessions and their owners (a session created
+   * through one name is refused to another caller through the other); null with `upstream:` alone.
+   */
+  sessionScope: string | null = null
+  /**
    * The path and query sent upstream, set by the router when the gateway serves several servers
    * (`/mcp/<name>` becomes the server's endpoint path); null: the request's own, after the upstream's
    * base path.

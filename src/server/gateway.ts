@@ -93,6 +93,8 @@ export class Gateway implements Dispatch {
     private readonly linger: LingerBounds = DEFAULT_LINGER,
     /** The name of the server this route reaches (`servers:`); null with `upstream:` alone. */
     readonly server: string | null = null,
+    /** Whose session ids its requests present: its upstream's origin (Exchange.sessionScope); null with `upstream:` alone. */
+    private readonly sessionScope: string | null = null,
   ) {
     this.chain = chainOf(stages, toolRefusals)
   }
@@ -110,6 +112,7 @@ export class Gateway implements Dispatch {
   readonly handle = async (req: IncomingMessage, res: ServerResponse, upstreamPath: string | null = null): Promise<void> => {
     const ex = new Exchange(req, res, requestId(), Date.now(), performance.now())
     ex.server = this.server
+    ex.sessionScope = this.sessionScope
     ex.upstreamPath = upstreamPath
     const chain = this.chain
     this.running.push(ex)

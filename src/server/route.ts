@@ -44,6 +44,7 @@ export function openRoute(
     own.legacyStreams,
     lingerBounds(config.limits.maxBodyBytes),
     route.server,
+    route.server === null ? null : new URL(route.upstream.url).origin,
   )
   return {
     ...opened,

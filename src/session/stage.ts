@@ -25,8 +25,9 @@ const LEGACY_PINNED = stateKey<string | null>('legacy-session.pinned', null)
  * containing that session ID with HTTP 404 Not Found"): the caller learns nothing it would not learn
  * from a made-up id. A successful DELETE by the owner forgets the binding (`finish`).
  *
- * Sessions are the routed server's (`ex.server`): an id is bound at the server whose answer named it,
- * and judged only there (bindings.ts).
+ * Sessions are the routed server's (`ex.sessionScope`, its upstream's origin): an id is bound at the
+ * server whose answer named it, and judged there and at every server name in front of the same
+ * upstream origin, which may accept it just the same (bindings.ts).
  *
  * Runs right after authentication, before the body is read: a refused request costs no buffering.
  * An id the gateway never saw created (created before a restart, through another replica, or idled
@@ -41,7 +42,7 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
       if (principal === null || bindings.size === 0) return CONTINUE
       const header = ex.req.headers['mcp-session-id']
       const url = ex.req.url ?? ''
-      const server = ex.server
+      const server = ex.sessionScope
       if (!headerAllowed(bindings, header, principal, server) || (url.includes('?') && !queryAllowed(bindings, url, principal, server))) {
         onRefused()
         return NOT_YOURS
@@ -54,13 +55,13 @@ export function sessionStage(bindings: SessionBindings, onRefused: () => void = 
       const id = outcome.headers?.['mcp-session-id']
       // Called only for requests that hold an initialize (`answers`): the answer that creates a session.
       if (principal === null || typeof id !== 'string' || outcome.status < 200 || outcome.status > 299) return
-      bindings.bind(id, principal, ex.server)
+      bindings.bind(id, principal, ex.sessionScope)
     },
     finish(ex: Exchange): void {
       if (ex.req.method === 'GET') return unpin(bindings, PINNED, ex)
       if (ex.req.method !== 'DELETE' || !ex.forwarded || ex.status < 200 || ex.status > 299 || ex.principal === null) return
       const id = ex.req.headers['mcp-session-id']
-      if (typeof id === 'string') bindings.release(id, ex.principal, ex.server)
+      if (typeof id === 'string') bindings.release(id, ex.principal, ex.sessionScope)
     },
   }
 }
@@ -85,8 +86,8 @@ export function legacySessionStage(bindings: SessionBindings): Stage {
       if (parameters === null) return data
       for (const [name, value] of parameters) {
         if (!isSessionParameter(name) || value === '') continue
-        bindings.bind(value, principal, ex.server)
-        if (bindings.pin(value, principal, ex.server)) ex.set(LEGACY_PINNED, value)
+        bindings.bind(value, principal, ex.sessionScope)
+        if (bindings.pin(value, principal, ex.sessionScope)) ex.set(LEGACY_PINNED, value)
         break
       }
       return data
@@ -99,7 +100,7 @@ function unpin(bindings: SessionBindings, pinned: StateKey<string | null>, ex: E
   const id = ex.get(pinned)
   if (id === null) return
   ex.set(pinned, null)
-  bindings.unpin(id, ex.server)
+  bindings.unpin(id, ex.sessionScope)
 }
 
 const NOT_YOURS: Refusal = {
