@@ -4,6 +4,7 @@
  * keys and fingerprints those names make never collide.
  */
 import { labelledNames } from '../../src/audit/metrics'
+import { throttledAgentText } from '../../src/budget/agent-text'
 import { budgetPlan, serverPlan } from '../../src/budget/buckets'
 import { callFingerprint } from '../../src/budget/call-fingerprint'
 import { identityKey, serverKey, tenantKey, toolKey, windowKey } from '../../src/budget/keys'
@@ -121,5 +122,24 @@ describe('bucket keys with servers', () => {
     // The server cannot be smuggled into a tool name: "docs" + "search" is not the tool `docs""search`.
     expect(callFingerprint('docs""search', body, 0, body.length)).not.toBe(docs)
     expect(callFingerprint('"docs""search"', body, 0, body.length)).not.toBe(docs)
+  })
+})
+
+describe("a server bucket's refusal as a model reads it", () => {
+  const facts = { tool: 'search', limit: 600, windowSeconds: 60, cost: 1, weighted: false, retryAfterSeconds: 42, never: false }
+
+  test('names the server, quoted, and says its callers share it', () => {
+    expect(throttledAgentText({ ...facts, kind: 'server', server: 'docs' })).toBe(
+      'Rate limit: 600 calls per 60 s for MCP server "docs", shared by all its callers. Try again in 42 s.',
+    )
+    expect(throttledAgentText({ ...facts, kind: 'server', server: 'docs', cost: 700, never: true })).toBe(
+      'This call costs 700 units, more than the 600 units per 60 s that MCP server "docs" is allowed: it can never succeed. Do not retry it.',
+    )
+  })
+
+  test("a tool's text is as it was", () => {
+    expect(throttledAgentText({ ...facts, kind: 'tool', server: 'docs' })).toBe(
+      'Rate limit: 600 calls per 60 s for tool "search". Try again in 42 s.',
+    )
   })
 })

@@ -48,6 +48,15 @@ const CONTEXTS: ReadonlyArray<readonly [RegExp, (doc: Doc, value: unknown) => vo
   [/^features\.postgres_storage$/, (doc) => Object.assign(doc, { postgres: { dsn: DSN } })],
   // auth.jwt is refused in header mode.
   [/^auth\.mode$/, (doc, value) => value === 'header' && delete (doc.auth as Doc).jwt],
+  // budget.servers names servers under servers:, which replace upstream.
+  [
+    /^budget\.servers\./,
+    (doc) => {
+      delete doc.upstream
+      const name = Object.keys((doc.budget as { servers: Doc }).servers)[0]
+      doc.servers = { [name]: { url: 'http://127.0.0.1:3001/mcp' } }
+    },
+  ],
 ]
 
 let ajv: Ajv
@@ -318,7 +327,9 @@ describe('the shipped configs validate against the schema', () => {
     if ('rules' in tree && 'default' in tree && !('upstream' in tree)) return expect(schemaErrors(tree, validatePolicy)).toEqual([])
     // Other files' YAML (a Prometheus scrape config, a compose file) names no key of wardline.yaml.
     if (!Object.keys(tree).some((k) => k in (schema.properties as Doc))) return
-    const doc: Doc = { ...structuredClone(BASE), ...(tree as Doc) }
+    // A piece that names servers replaces the minimal file's upstream (the two cannot both be set).
+    const { upstream: _upstream, ...withoutUpstream } = structuredClone(BASE)
+    const doc: Doc = { ...('servers' in tree ? withoutUpstream : structuredClone(BASE)), ...(tree as Doc) }
     expect(schemaErrors(doc)).toEqual([])
     // examples/ holds policy.yaml, which the policy_file example names.
     // Every variable the example reads is set, to a value of the kind its name says (a DSN, a secret).
