@@ -63,7 +63,12 @@ function documentedBlocks(): Array<[string, string]> {
         continue
       if ('rules' in tree && !('upstream' in tree)) continue // a policy file's content
       const whole = 'upstream' in tree
-      out.push([`${file} block ${index}`, whole ? m[1] : yaml.dump({ ...structuredClone(BASE), ...tree })])
+      // A piece that names servers replaces the minimal file's upstream (the two cannot both be set).
+      const { upstream: _upstream, ...withoutUpstream } = structuredClone(BASE)
+      out.push([
+        `${file} block ${index}`,
+        whole ? m[1] : yaml.dump({ ...('servers' in tree ? withoutUpstream : structuredClone(BASE)), ...tree }),
+      ])
     }
   }
   return out
