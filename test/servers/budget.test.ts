@@ -47,6 +47,25 @@ describe('operating server budgets', () => {
     expect((await callOn(h, 'tickets', 'bob')).status).toBe(429)
   })
 
+  test('a call the policy denies is checked against the server bucket but not charged to it', async () => {
+    const store = new MemoryBudgetStore()
+    h = await startServersHarness(
+      { docs: {}, tickets: {} },
+      {
+        features: { budget_enforcement: true },
+        budget: { servers: { docs: { requests_per_window: 1, window_seconds: 60 } } },
+        policy: { default: 'allow', rules: [{ identity: 'mallory', tool: 'echo', effect: 'deny' }] },
+      },
+      { budgetStore: store },
+    )
+    for (let i = 0; i < 3; i++) expect((await callOn(h, 'docs', 'mallory')).status).toBe(403)
+    expect(await used(store, serverKey('docs'))).toBe(0)
+    expect((await callOn(h, 'docs', 'alice')).status).toBe(200)
+    // Full now: a denied call over it gets 429, as over any shared bucket.
+    expect((await callOn(h, 'docs', 'mallory')).status).toBe(429)
+    expect(await used(store, serverKey('docs'))).toBe(1)
+  })
+
   test('refusals are labelled with the tool of a <server>/<tool> key, not other', async () => {
     h = await startServersHarness(
       { docs: {}, tickets: {} },
@@ -117,5 +136,22 @@ describe('operating server budgets', () => {
       ['tool', 'tickets/echo', '60s', '7', '0'],
       ['server', 'docs', '60s', '10', '1'],
     ])
+
+    // A reset by server forgets its bucket and its tools' buckets; with an identity it keeps the shared one.
+    const reset = async (query: string): Promise<unknown[][]> => {
+      const res = await fetch(`http://127.0.0.1:${port}/budgets${query}`, {
+        method: 'DELETE',
+        headers: { authorization: `Bearer ${token}` },
+      })
+      expect(res.status).toBe(200)
+      return ((await res.json()) as { reset: Array<Record<string, unknown>> }).reset.map(brief)
+    }
+    expect(await reset('?identity=alice&tenant=acme&server=docs')).toEqual([['identity', undefined, 'alice', 100, 1]])
+    expect((await get('?server=docs')).map((b) => b.used)).toEqual([1, 1])
+    expect(await reset('?server=docs')).toEqual([
+      ['server', 'docs', 'docs', 10, 1],
+      ['tool', 'docs', 'echo', 5, 1],
+    ])
+    expect((await get('')).map((b) => b.used)).toEqual([0, 0, 0])
   })
 })
