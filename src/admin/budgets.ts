@@ -1,7 +1,7 @@
 import { DEFAULT_TENANT, checkPrincipal } from '../auth/principal'
-import { identityKey, tenantKey, toolKey, windowKey } from '../budget/keys'
+import { identityKey, serverKey, tenantKey, toolKey, windowKey } from '../budget/keys'
 import type { BucketKind, BucketReading, BucketSelection, BudgetStore } from '../budget/store'
-import type { BucketLimit, BudgetConfig } from '../config/types'
+import type { BucketLimit, BudgetConfig, ToolBudget } from '../config/types'
 import { hasControlCharacters } from '../pipeline/exchange'
 import { targetValue } from './revocations'
 import { type AdminAnswer, type AdminRequest, onTarget } from './server'
@@ -19,8 +19,10 @@ export interface BudgetAdminParts {
 /** One bucket window an operator asked about: what it is, and where its count lives. */
 interface BucketView {
   readonly kind: BucketKind
-  /** The identity, tenant or tool; for a repeat bucket the identity. */
+  /** The identity, tenant, tool or server; for a repeat bucket the identity. */
   readonly name: string
+  /** A tool bucket's server (`servers:`, key `<server>/<tool>`); a server bucket's is its name. */
+  readonly server?: string
   /** The identity's tenant (identity and repeat buckets). */
   readonly tenant?: string
   /** A repeat bucket's call fingerprint (tool and arguments, hashed). */
@@ -29,14 +31,17 @@ interface BucketView {
   readonly windowSeconds: number
 }
 
-const PARAMETERS = ['identity', 'tenant', 'tool', 'kind']
-const KINDS: readonly BucketKind[] = ['identity', 'tenant', 'tool', 'repeat']
+const PARAMETERS = ['identity', 'tenant', 'tool', 'server', 'kind']
+const KINDS: readonly BucketKind[] = ['identity', 'tenant', 'tool', 'server', 'repeat']
+/** A server name (config/spec.ts SERVER_NAME's length), with room to say it is unknown. */
+const MAX_SERVER_BYTES = 64
 const MAX_TOOL_BYTES = 1024
 
 interface Filters {
   readonly identity: string | null
   readonly tenant: string | null
   readonly tool: string | null
+  readonly server: string | null
   readonly kind: BucketKind | null
 }
 
@@ -47,8 +52,10 @@ class BadQuery extends Error {}
  * GET /budgets: every bucket window that applies to the filters, with its limit, use and reset.
  *  - identity (tenant `default` unless given): its identity windows (budget.limits), its repeat buckets
  *    (budget.repeat_limit) and its tenant's bucket if that tenant is under budget.tenants;
- *  - tenant alone: that tenant's bucket; tool: that tool's bucket (budget.tools with limits);
- *  - no filter: every tenant and tool bucket the config lists.
+ *  - tenant alone: that tenant's bucket; tool: that tool's bucket (budget.tools with limits; with
+ *    servers, `<server>/<tool>`, or a bare tool name for its bucket on every server, or on `server`);
+ *  - server: that server's bucket (budget.servers) and its tools' buckets;
+ *  - no filter: every tenant, tool and server bucket the config lists.
  * `kind=` keeps one kind of bucket.
  */
 export function getBudgets(parts: BudgetAdminParts): (req: AdminRequest) => Promise<AdminAnswer> {
@@ -109,9 +116,9 @@ function prepare(parts: BudgetAdminParts, req: AdminRequest, resetting: boolean)
     return refusal(400, err.message)
   }
   const target = describeFilters(filters)
-  if (resetting && filters.identity === null && filters.tenant === null && filters.tool === null) {
+  if (resetting && filters.identity === null && filters.tenant === null && filters.tool === null && filters.server === null) {
     return {
-      ...refusal(400, 'name the buckets to reset with identity, tenant or tool (resetting every bucket at once is not offered)'),
+      ...refusal(400, 'name the buckets to reset with identity, tenant, tool or server (resetting every bucket at once is not offered)'),
       target,
     }
   }
@@ -158,9 +165,13 @@ function readFilters(query: URLSearchParams): Filters {
   if (tool !== null && (tool === '' || hasControlCharacters(tool) || Buffer.byteLength(tool) > MAX_TOOL_BYTES)) {
     throw new BadQuery(`tool must be a tool name (1 to ${MAX_TOOL_BYTES} bytes, no control characters)`)
   }
+  const server = query.get('server')
+  if (server !== null && (server === '' || hasControlCharacters(server) || Buffer.byteLength(server) > MAX_SERVER_BYTES)) {
+    throw new BadQuery(`server must be a server name (1 to ${MAX_SERVER_BYTES} bytes, no control characters)`)
+  }
   const kind = query.get('kind')
   if (kind !== null && !(KINDS as readonly string[]).includes(kind)) throw new BadQuery(`kind must be one of ${KINDS.join(', ')}`)
-  return { identity, tenant, tool, kind: kind as BucketKind | null }
+  return { identity, tenant, tool, server, kind: kind as BucketKind | null }
 }
 
 /**
@@ -172,15 +183,31 @@ function bucketsFor(config: BudgetConfig, f: Filters, notes: string[], resetting
   const views = new Map<string, BucketView>()
   const sharedKept = resetting && f.identity !== null && f.kind === null
   const wants = (kind: BucketKind): boolean => {
-    if (sharedKept && (kind === 'tenant' || kind === 'tool')) return false
+    if (sharedKept && (kind === 'tenant' || kind === 'tool' || kind === 'server')) return false
     return f.kind === null || f.kind === kind
   }
-  const add = (kind: BucketKind, bucketKey: string, name: string, limits: readonly BucketLimit[], tenant?: string): void => {
+  const add = (
+    kind: BucketKind,
+    bucketKey: string,
+    name: string,
+    limits: readonly BucketLimit[],
+    tenant?: string,
+    server?: string,
+  ): void => {
     if (!wants(kind)) return
     for (const l of limits) {
-      views.set(windowKey(bucketKey, l.windowSeconds), { kind, name, tenant, limit: l.requestsPerWindow, windowSeconds: l.windowSeconds })
+      views.set(windowKey(bucketKey, l.windowSeconds), {
+        kind,
+        name,
+        tenant,
+        server,
+        limit: l.requestsPerWindow,
+        windowSeconds: l.windowSeconds,
+      })
     }
   }
+  const addTool = (tool: ToolBudget): void =>
+    add('tool', toolKey(tool.tool, tool.server), tool.tool, tool.limits, undefined, tool.server ?? undefined)
   const tenant = f.tenant ?? (f.identity !== null ? DEFAULT_TENANT : null)
   if (f.identity !== null && tenant !== null) add('identity', identityKey(tenant, f.identity), f.identity, config.limits, tenant)
   if (tenant !== null) {
@@ -191,20 +218,40 @@ function bucketsFor(config: BudgetConfig, f: Filters, notes: string[], resetting
     else if (f.kind === null || f.kind === 'tenant')
       notes.push(`tenant ${JSON.stringify(tenant)} has no bucket of its own (it is not under budget.tenants)`)
   }
+  if (f.server !== null) {
+    const limits = Object.hasOwn(config.servers, f.server) ? config.servers[f.server] : undefined
+    if (limits !== undefined && sharedKept) {
+      notes.push(`server ${JSON.stringify(f.server)}'s shared bucket is kept: reset it with server alone, or kind=server`)
+    } else if (limits !== undefined) add('server', serverKey(f.server), f.server, limits, undefined, f.server)
+    else if (f.kind === null || f.kind === 'server')
+      notes.push(`server ${JSON.stringify(f.server)} has no bucket of its own (it is not under budget.servers)`)
+    // The server's tools too, unless a tool filter picks among them below.
+    if (f.tool === null && !sharedKept) {
+      for (const tool of Object.values(config.tools)) if (tool.server === f.server && tool.limits.length > 0) addTool(tool)
+    }
+  }
   if (f.tool !== null) {
-    const tool = Object.hasOwn(config.tools, f.tool) ? config.tools[f.tool] : undefined
-    if (tool !== undefined && tool.limits.length > 0 && sharedKept) {
+    // A key as written (`search`, or with servers `docs/search`), or with servers a bare tool name: its
+    // bucket on every server, or on the server asked for.
+    const matches = Object.entries(config.tools)
+      .filter(([key, tool]) =>
+        tool.server === null ? key === f.tool : key === f.tool || (tool.tool === f.tool && (f.server === null || tool.server === f.server)),
+      )
+      .map(([, tool]) => tool)
+      .filter((tool) => tool.limits.length > 0)
+    if (matches.length > 0 && sharedKept) {
       notes.push(`tool ${JSON.stringify(f.tool)}'s shared bucket is kept: reset it with tool alone, or kind=tool`)
-    } else if (tool !== undefined && tool.limits.length > 0) add('tool', toolKey(f.tool), f.tool, tool.limits)
+    } else if (matches.length > 0) for (const tool of matches) addTool(tool)
     else if (f.kind === null || f.kind === 'tool')
       notes.push(`tool ${JSON.stringify(f.tool)} has no bucket of its own (it is not under budget.tools with limits)`)
     if (f.identity !== null && config.repeatLimit !== null && wants('repeat')) {
       notes.push('repeat buckets are listed for every tool of the identity: their keys hold a hash of the call, not the tool name')
     }
   }
-  if (f.identity === null && f.tenant === null && f.tool === null) {
+  if (f.identity === null && f.tenant === null && f.tool === null && f.server === null) {
     for (const [name, limits] of Object.entries(config.tenants)) add('tenant', tenantKey(name), name, limits)
-    for (const [name, tool] of Object.entries(config.tools)) add('tool', toolKey(name), name, tool.limits)
+    for (const tool of Object.values(config.tools)) addTool(tool)
+    for (const [name, limits] of Object.entries(config.servers)) add('server', serverKey(name), name, limits, undefined, name)
   }
   return views
 }
@@ -240,6 +287,8 @@ export interface BucketReport {
   readonly kind: BucketKind
   readonly name: string
   readonly tenant?: string
+  /** With servers: a tool bucket's server, or a server bucket's own name. */
+  readonly server?: string
   readonly call?: string
   readonly window_seconds: number
   readonly limit: number
@@ -256,6 +305,7 @@ function render(view: BucketView, r: BucketReading): BucketReport {
     kind: view.kind,
     name: view.name,
     ...(view.tenant === undefined ? {} : { tenant: view.tenant }),
+    ...(view.server === undefined ? {} : { server: view.server }),
     ...(view.call === undefined ? {} : { call: view.call }),
     window_seconds: view.windowSeconds,
     limit: view.limit,
@@ -280,6 +330,7 @@ function describeFilters(f: Filters): string {
   if (f.identity !== null) parts.push(`identity=${targetValue(f.identity)}`)
   if (f.tenant !== null) parts.push(`tenant=${targetValue(f.tenant)}`)
   if (f.tool !== null) parts.push(`tool=${targetValue(f.tool)}`)
+  if (f.server !== null) parts.push(`server=${targetValue(f.server)}`)
   if (f.kind !== null) parts.push(`kind=${f.kind}`)
   return parts.join(' ')
 }

@@ -218,8 +218,8 @@ export interface LabelledNames {
 
 /**
  * The names that may appear as label values: tenants under budget.tenants and in policy rules' `tenant`,
- * tools under budget.tools and in rules' `tool`, each only when written without `*` (a glob names no
- * one value). Config order, duplicates dropped, at most MAX_LABELLED_NAMES each. A caller chooses the
+ * tools under budget.tools (with servers, the tool of `<server>/<tool>`: entries carry the tool name
+ * as called) and in rules' `tool`, each only when written without `*` (a glob names no one value). Config order, duplicates dropped, at most MAX_LABELLED_NAMES each. A caller chooses the
  * tool names it sends and (with header auth, or an identity provider it controls) its tenant: taking
  * label values from requests would let it mint series without bound, so only the operator's file does.
  * A top-N of the busiest names was the other choice: it needs per-name counts of every name seen (the
@@ -227,7 +227,7 @@ export interface LabelledNames {
  */
 export function labelledNames(budget: BudgetConfig, policy: PolicyConfig | null): LabelledNames {
   const tenants = new Set(Object.keys(budget.tenants))
-  const tools = new Set(Object.keys(budget.tools))
+  const tools = new Set(Object.values(budget.tools).map((t) => t.tool))
   for (const rule of policy?.rules ?? []) {
     if (rule.tenant !== null && !rule.tenant.includes('*')) tenants.add(rule.tenant)
     if (!rule.target.includes('*')) tools.add(rule.target)

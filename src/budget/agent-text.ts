@@ -6,6 +6,8 @@ export interface ThrottleFacts {
   readonly kind: BucketKind
   /** The tool called, as the caller named it (the text shows it through quotedName). */
   readonly tool: string
+  /** The server called (`servers:`), named when its bucket refused; null with `upstream:`. */
+  readonly server?: string | null
   readonly limit: number
   readonly windowSeconds: number
   /** Units this call costs (its tool's cost). */
@@ -32,7 +34,9 @@ export function throttledAgentText(f: ThrottleFacts): string {
       `arguments or your approach. The same call is accepted again in ${wait(f.retryAfterSeconds)}.`
     )
   }
-  const owner = f.kind === 'tool' ? tool : f.kind === 'tenant' ? 'your tenant' : 'your identity'
+  // A server's bucket is a quota every caller of it shares, like a tool's: said the same way.
+  const server = `MCP server ${quotedName(f.server ?? '')}`
+  const owner = f.kind === 'tool' ? tool : f.kind === 'server' ? server : f.kind === 'tenant' ? 'your tenant' : 'your identity'
   if (f.never) {
     return (
       `This call costs ${units(f.cost)}, more than the ${units(f.limit)} per ${per(f.windowSeconds)} that ${owner} ` +
@@ -41,8 +45,8 @@ export function throttledAgentText(f: ThrottleFacts): string {
   }
   const allowed = f.weighted ? units(f.limit) : calls(f.limit)
   const limit =
-    f.kind === 'tool'
-      ? `${allowed} per ${per(f.windowSeconds)} for ${tool}.${f.weighted ? ` This call costs ${units(f.cost)}.` : ''}`
+    f.kind === 'tool' || f.kind === 'server'
+      ? `${allowed} per ${per(f.windowSeconds)} for ${owner}${f.kind === 'server' ? ', shared by all its callers' : ''}.${f.weighted ? ` This call costs ${units(f.cost)}.` : ''}`
       : `${owner}'s limit of ${allowed} per ${per(f.windowSeconds)} ` +
         (f.weighted ? `has no room left for this call, which costs ${units(f.cost)}.` : 'is used up.')
   return `Rate limit: ${limit} Try again in ${wait(f.retryAfterSeconds)}.`

@@ -1,5 +1,5 @@
 import type { BucketLimit, BudgetConfig } from '../config/types'
-import { tenantKey, toolKey, windowKey } from './keys'
+import { serverKey, tenantKey, toolKey, windowKey } from './keys'
 import type { BucketKind } from './store'
 
 /**
@@ -8,7 +8,7 @@ import type { BucketKind } from './store'
  */
 export interface WindowSpec {
   readonly kind: BucketKind
-  /** The tool or tenant name ('' for the identity tier, whose names come with each caller). */
+  /** The tool, server or tenant name ('' for the identity tier, whose names come with each caller). */
   readonly name: string
   /** Its storage key; '' for the identity and repeat tiers, whose keys depend on the caller (windowKey of theirs). */
   readonly key: string
@@ -31,11 +31,26 @@ export interface ToolSpec {
   readonly cost: number
 }
 
+/** What applies to the calls of one server (`servers:`): its tools' buckets and costs, and its own bucket. */
+export interface ServerPlan {
+  /** By tool name as calls give it (budget.tools `<server>/<tool>`). */
+  readonly tools: ReadonlyMap<string, ToolSpec>
+  /** budget.servers.<name>'s windows; empty when it has none. */
+  readonly windows: readonly WindowSpec[]
+}
+
+const NO_SERVER_BUDGET: ServerPlan = { tools: new Map(), windows: [] }
+
 /** The budget config made ready for the hot path: built once per stage (at startup and each reload). */
 export interface BudgetPlan {
   readonly identity: readonly WindowSpec[]
   readonly tenants: ReadonlyMap<string, readonly WindowSpec[]>
+  /** With `upstream:`: the tools by name. Empty with `servers:`, whose tools are each server's. */
   readonly tools: ReadonlyMap<string, ToolSpec>
+  /** With `servers:`: what applies per server, by name (a server with neither tool nor server bucket is absent). */
+  readonly servers: ReadonlyMap<string, ServerPlan>
+  /** `tools` as a ServerPlan with no server bucket: what applies with `upstream:`. */
+  readonly unscoped: ServerPlan
   /** The loop breaker's window, or null when budget.repeat_limit is not set. */
   readonly repeat: WindowSpec | null
   /** True when some tool costs more than 1: reasons then speak of units, not requests. */
@@ -46,20 +61,37 @@ export function budgetPlan(config: BudgetConfig): BudgetPlan {
   const tenants = new Map<string, readonly WindowSpec[]>()
   for (const [name, limits] of Object.entries(config.tenants)) tenants.set(name, windows('tenant', name, tenantKey(name), limits))
   const tools = new Map<string, ToolSpec>()
+  const servers = new Map<string, { tools: Map<string, ToolSpec>; windows: WindowSpec[] }>()
+  const serverOf = (name: string): { tools: Map<string, ToolSpec>; windows: WindowSpec[] } => {
+    let s = servers.get(name)
+    if (s === undefined) servers.set(name, (s = { tools: new Map(), windows: [] }))
+    return s
+  }
   let weighted = false
-  for (const [name, tool] of Object.entries(config.tools)) {
-    tools.set(name, { windows: windows('tool', name, toolKey(name), tool.limits), cost: tool.cost })
+  for (const tool of Object.values(config.tools)) {
+    const spec = { windows: windows('tool', tool.tool, toolKey(tool.tool, tool.server), tool.limits), cost: tool.cost }
+    ;(tool.server === null ? tools : serverOf(tool.server).tools).set(tool.tool, spec)
     if (tool.cost !== 1) weighted = true
   }
+  for (const [name, limits] of Object.entries(config.servers))
+    serverOf(name).windows.push(...windows('server', name, serverKey(name), limits))
   const repeat = config.repeatLimit
   return {
     identity: windows('identity', '', '', config.limits),
     tenants,
     tools,
+    servers,
+    unscoped: { tools, windows: [] },
     repeat:
       repeat === null ? null : windows('repeat', '', '', [{ requestsPerWindow: repeat.calls, windowSeconds: repeat.windowSeconds }])[0],
     weighted,
   }
+}
+
+/** What applies to a call on `server` (null: `upstream:`, whose tools are the plan's own). */
+export function serverPlan(plan: BudgetPlan, server: string | null): ServerPlan {
+  if (server === null) return plan.unscoped
+  return plan.servers.get(server) ?? NO_SERVER_BUDGET
 }
 
 function windows(kind: BucketKind, name: string, bucketKey: string, limits: readonly BucketLimit[]): WindowSpec[] {
@@ -101,6 +133,9 @@ export function restartedBuckets(before: BudgetConfig, after: BudgetConfig): str
   }
   for (const name of union(before.tools, after.tools)) {
     compare(`tool ${JSON.stringify(name)}`, before.tools[name]?.limits ?? [], after.tools[name]?.limits ?? [])
+  }
+  for (const name of union(before.servers, after.servers)) {
+    compare(`server ${JSON.stringify(name)}`, before.servers[name] ?? [], after.servers[name] ?? [])
   }
   const repeat = (c: BudgetConfig): BucketLimit[] =>
     c.repeatLimit === null ? [] : [{ requestsPerWindow: c.repeatLimit.calls, windowSeconds: c.repeatLimit.windowSeconds }]

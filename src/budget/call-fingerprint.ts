@@ -14,8 +14,13 @@ import { canonicalSha256 } from './canonical-json'
  *
  * `body` [start, end) is the arguments' value as the request scanner validated it. Absent arguments
  * (start < 0) read as `{}`: the MCP server runs both alike.
+ *
+ * `server` (with `servers:`) is part of the call: the same tool and arguments on two servers are two
+ * calls, run by two programs. Null (`upstream:`) leaves the fingerprint as it always was.
  */
-export function callFingerprint(tool: string, body: Buffer, start: number, end: number): string {
-  // The tool name as a JSON string is self-delimiting: it cannot run into the arguments.
-  return canonicalSha256(JSON.stringify(tool) + 'canonical:', body, start, end)
+export function callFingerprint(tool: string, body: Buffer, start: number, end: number, server: string | null = null): string {
+  // A name as a JSON string is self-delimiting: the server cannot run into the tool, nor the tool into
+  // the arguments, and `"docs""search"` is no single JSON string, so it is no server-less prefix either.
+  const prefix = server === null ? JSON.stringify(tool) : JSON.stringify(server) + JSON.stringify(tool)
+  return canonicalSha256(prefix + 'canonical:', body, start, end)
 }

@@ -3,8 +3,19 @@
  * whatever the names hold ("acme\0"+"alice" and "acme"+"\0alice" stay two keys), and it never
  * contains a NUL byte, which Postgres text columns refuse.
  */
-export function toolKey(tool: string): string {
-  return JSON.stringify(['tool', tool])
+/**
+ * A tool's bucket: with `servers:` scoped by its server (['tool', server, tool]), with `upstream:` the
+ * tool alone (['tool', tool]). The arrays differ in length, and windowKey appends a number where a
+ * server-scoped key has its third string, so no tool bucket of one form is a bucket of the other
+ * (tool `a/b` on server `x` and tool `b` on `x/a` are distinct arrays, beyond server names holding no `/`).
+ */
+export function toolKey(tool: string, server: string | null = null): string {
+  return JSON.stringify(server === null ? ['tool', tool] : ['tool', server, tool])
+}
+
+/** The bucket shared by every caller of one server (budget.servers). */
+export function serverKey(server: string): string {
+  return JSON.stringify(['server', server])
 }
 
 export function tenantKey(tenant: string): string {

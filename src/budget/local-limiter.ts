@@ -280,19 +280,19 @@ export class LocalLimiter implements LocalHandOver {
 
   /**
    * Full: forgets the counts of ended windows, then the oldest live ones down to nine tenths of the cap,
-   * identity and repeat entries before tool and tenant ones (their units are never handed over: the
+   * identity and repeat entries before tool, server and tenant ones (their units are never handed over: the
    * shared count ends up lower by them). So a scan costs one
    * pass per tenth of the cap inserted, never one per insert.
    */
   private prunePending(now: number): void {
     for (const [key, p] of this.pending) if (p.openUntil <= now) this.pending.delete(key)
     let drop = this.pending.size - Math.floor(this.maxKeys * 0.9)
-    // A caller minting new keys (identities, repeat arguments) must not push a shared bucket out: tool
-    // and tenant entries go last, only if nothing else is left to drop (the cap holds whatever happens).
+    // A caller minting new keys (identities, repeat arguments) must not push a shared bucket out: tool,
+    // server and tenant entries go last, only if nothing else is left to drop (the cap holds whatever happens).
     for (const shared of [false, true]) {
       for (const [key, p] of this.pending) {
         if (drop <= 0) return
-        if ((p.kind === 'tool' || p.kind === 'tenant') !== shared) continue
+        if ((p.kind === 'tool' || p.kind === 'server' || p.kind === 'tenant') !== shared) continue
         this.pending.delete(key)
         drop--
       }

@@ -8,7 +8,7 @@ import { NOTE, addNote, joinReasons } from '../pipeline/reason'
 import { CONTINUE, type Outcome, type Refusal, type Stage, type Verdict } from '../pipeline/stage'
 import { stateKey } from '../pipeline/state'
 import { throttledAgentText } from './agent-text'
-import { type BudgetPlan, type WindowSpec, budgetPlan } from './buckets'
+import { type BudgetPlan, type WindowSpec, budgetPlan, serverPlan } from './buckets'
 import { callFingerprint } from './call-fingerprint'
 import { FailOpenWindow } from './fail-open-window'
 import { IdentityKeyCache, windowKey } from './keys'
@@ -54,8 +54,9 @@ const RECEIPT = stateKey<Receipt | null>('budget.receipt', null)
 /**
  * Budgets `tools/call` (docs/budget.md). Every call, and every `tools/call` element of
  * a batch, needs its cost (budget.tools.<tool>.cost, default 1) from every window of every tier that
- * applies, checked in the order repeat → tool → tenant → identity and charged all together or not at
- * all:
+ * applies, checked in the order repeat → tool → server → tenant → identity and charged all together or
+ * not at all. With `servers:` the request's server (`ex.server`) picks its tools' buckets
+ * (`<server>/<tool>`) and its server bucket; tenant and identity buckets span every server.
  *  - a call policy denies (`ex.denial`, set by the policy stage just before) is checked against every
  *    tier but charged to the caller's own identity bucket only, so a caller probing forbidden tools is
  *    throttled without using up what a tool or tenant shares with others;
@@ -214,13 +215,14 @@ function unserved(outcome: Outcome): string | null {
 }
 
 /**
- * The windows this request must clear, in check order (repeat → tool → tenant → identity), or null when
- * it has no tools/call. A batch sums its calls' costs per bucket.
+ * The windows this request must clear, in check order (repeat → tool → server → tenant → identity), or
+ * null when it has no tools/call. A batch sums its calls' costs per bucket (a request goes to one server).
  */
 function chargesFor(ex: Exchange, plan: BudgetPlan, identityKeys: IdentityKeyCache): Charge[] | null {
   const shared = ex.denial === null // a denied call is checked everywhere but charged to its caller only
   const identity = ex.principal?.identity ?? ''
   const tenantName = ex.principal?.tenant ?? ''
+  const scope = serverPlan(plan, ex.server)
   const charges: Charge[] = []
   let repeats: Charge[] | null = null
   let units = 0
@@ -228,7 +230,7 @@ function chargesFor(ex: Exchange, plan: BudgetPlan, identityKeys: IdentityKeyCac
   for (let i = 0; i < calls.length; i++) {
     const call = calls[i]
     if (call.method !== 'tools/call') continue
-    const tool = plan.tools.get(call.target)
+    const tool = scope.tools.get(call.target)
     const cost = tool === undefined ? 1 : tool.cost
     units += cost
     if (plan.repeat !== null)
@@ -236,6 +238,8 @@ function chargesFor(ex: Exchange, plan: BudgetPlan, identityKeys: IdentityKeyCac
     if (tool !== undefined) for (const w of tool.windows) add(charges, w.key, w, w.name, cost, shared)
   }
   if (units === 0) return null
+  // Shared by every caller of the server: checked for a denied call, charged only for an admitted one.
+  for (const w of scope.windows) add(charges, w.key, w, w.name, units, shared)
   const tenant = plan.tenants.get(tenantName)
   if (tenant !== undefined) for (const w of tenant) add(charges, w.key, w, w.name, units, shared)
   const keys = identityKeys.keysOf(tenantName, identity)
@@ -255,11 +259,11 @@ function add(charges: Charge[], key: string, spec: WindowSpec, name: string, cos
 }
 
 /**
- * One identity, one call (tool and canonical arguments, hashed: call-fingerprint.ts), one window length.
- * Identity and tenant are at most MAX_PRINCIPAL_BYTES each, so the key stays small whatever the call holds.
+ * One identity, one call (server, tool and canonical arguments, hashed: call-fingerprint.ts), one window
+ * length. Identity and tenant are at most MAX_PRINCIPAL_BYTES each, so the key stays small whatever the call holds.
  */
 function repeatKey(ex: Exchange, call: RpcCall, tenant: string, identity: string, spec: WindowSpec): string {
-  const fingerprint = callFingerprint(call.target, ex.body as Buffer, call.argumentsStart, call.argumentsEnd)
+  const fingerprint = callFingerprint(call.target, ex.body as Buffer, call.argumentsStart, call.argumentsEnd, ex.server)
   return windowKey(JSON.stringify(['repeat', tenant, identity, fingerprint]), spec.windowSeconds)
 }
 
@@ -275,10 +279,13 @@ function throttled(result: AdmitResult, charges: readonly Charge[], plan: Budget
   let reason: string
   if (spec.kind === 'repeat') {
     reason = `repeated call: ${JSON.stringify(charge.name)} with the same arguments more than ${charge.limit} times in ${charge.windowSeconds}s (budget.repeat_limit)`
-  } else if (never) {
-    reason = `rate limit exceeded: ${batch ? 'batch' : 'call'} needs ${charge.cost} ${unit} from the ${spec.label} bucket, which allows ${charge.limit} per ${charge.windowSeconds}s window: it can never be admitted whole`
   } else {
-    reason = `rate limit exceeded: ${spec.label} bucket, ${charge.limit} ${unit} per ${charge.windowSeconds}s window`
+    // A server bucket is named with its server: the audit entry's server field says where the call
+    // went, the reason which shared quota it ran into.
+    const bucket = spec.kind === 'server' ? `${spec.label} bucket of ${JSON.stringify(spec.name)}` : `${spec.label} bucket`
+    reason = never
+      ? `rate limit exceeded: ${batch ? 'batch' : 'call'} needs ${charge.cost} ${unit} from the ${bucket}, which allows ${charge.limit} per ${charge.windowSeconds}s window: it can never be admitted whole`
+      : `rate limit exceeded: ${bucket}, ${charge.limit} ${unit} per ${charge.windowSeconds}s window`
   }
   // The model's reading of it (tool_refusals: result), for a single call only: a batch is always
   // answered as an HTTP error. A call that can never fit gets no retry time there.
@@ -287,6 +294,7 @@ function throttled(result: AdmitResult, charges: readonly Charge[], plan: Budget
     : throttledAgentText({
         kind: spec.kind,
         tool: ex.calls[0].target,
+        server: ex.server,
         limit: charge.limit,
         windowSeconds: charge.windowSeconds,
         cost: charge.cost,

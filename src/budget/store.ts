@@ -1,15 +1,16 @@
 /**
  * Which kind of bucket: checked in this order, the first full one refuses (docs/budget.md). `repeat` is the
- * loop breaker: one identity calling one tool with the same arguments (budget.repeat_limit).
+ * loop breaker: one identity calling one tool with the same arguments (budget.repeat_limit); `server`
+ * is shared by every caller of one server (budget.servers).
  */
-export type BucketKind = 'repeat' | 'tool' | 'tenant' | 'identity'
+export type BucketKind = 'repeat' | 'tool' | 'server' | 'tenant' | 'identity'
 
 /** One bucket a request must clear, and how much the request takes from it. */
 export interface BucketCharge {
   /** Unambiguous storage key from keys.ts; two different (kind, names) never share one. */
   readonly key: string
   readonly kind: BucketKind
-  /** The tool or tenant name, or the identity, for headers and reasons. */
+  /** The tool, server or tenant name, or the identity, for headers and reasons. */
   readonly name: string
   readonly limit: number
   readonly windowSeconds: number

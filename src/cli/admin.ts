@@ -44,14 +44,15 @@ export function registerAdminCommands(program: Command): void {
       .command(action)
       .description(
         action === 'show'
-          ? 'every bucket that applies: limit, used, remaining, reset (no filter: every tenant and tool bucket)'
+          ? 'every bucket that applies: limit, used, remaining, reset (no filter: every tenant, tool and server bucket)'
           : 'reset the buckets `budget show` lists for the same filters (memory: this replica; Postgres: every replica)',
       )
       .option('-c, --config <file>', 'configuration file (its admin: block)', 'wardline.yaml')
       .option('--identity <identity>', 'an identity: its identity and repeat buckets, and its tenant bucket')
       .option('--tenant <tenant>', 'a tenant (the identity’s, default "default")')
-      .option('--tool <tool>', 'a tool listed under budget.tools')
-      .addOption(new Option('--kind <kind>', 'only buckets of this kind').choices(['identity', 'tenant', 'tool', 'repeat']))
+      .option('--tool <tool>', 'a tool listed under budget.tools (with servers: <server>/<tool>, or a tool name for every server)')
+      .option('--server <server>', 'with servers: a server, its budget.servers bucket and its tools’ buckets')
+      .addOption(new Option('--kind <kind>', 'only buckets of this kind').choices(['identity', 'tenant', 'tool', 'server', 'repeat']))
       .option('--json', 'print the API answer as JSON')
       .addOption(timeoutOption())
       .action((opts: BudgetOptions) => run(opts.config, opts, (admin) => budgets(admin, action, opts)))
@@ -79,6 +80,7 @@ interface BudgetOptions extends CommonOptions {
   readonly identity?: string
   readonly tenant?: string
   readonly tool?: string
+  readonly server?: string
   readonly kind?: string
 }
 
@@ -261,9 +263,9 @@ export function untilTime(text: string, nowMs: number): string {
 
 async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: BudgetOptions): Promise<string> {
   const query = new URLSearchParams()
-  for (const key of ['identity', 'tenant', 'tool', 'kind'] as const) if (opts[key] !== undefined) query.set(key, opts[key])
+  for (const key of ['identity', 'tenant', 'tool', 'server', 'kind'] as const) if (opts[key] !== undefined) query.set(key, opts[key])
   if (action === 'reset' && query.size === 0)
-    throw new UsageError('budget reset needs --identity, --tenant or --tool (resetting every bucket is not offered)')
+    throw new UsageError('budget reset needs --identity, --tenant, --tool or --server (resetting every bucket is not offered)')
   const path = `/budgets${query.size === 0 ? '' : `?${query.toString()}`}`
   const answer = (await callAdmin(target.baseUrl, target.token, {
     method: action === 'show' ? 'GET' : 'DELETE',
@@ -311,7 +313,9 @@ async function budgets(target: AdminTarget, action: 'show' | 'reset', opts: Budg
 
 function describeBucket(b: BucketReport): string[] {
   const kind = b.kind === 'repeat' && b.call !== undefined ? `repeat ${b.call.slice(0, 8)}` : b.kind
-  return [kind, b.name, b.tenant ?? '', `${b.window_seconds}s`, String(b.limit)]
+  // A tool bucket of one server is named as its budget.tools key: the same tool on two servers is two rows.
+  const name = b.kind === 'tool' && b.server !== undefined ? `${b.server}/${b.name}` : b.name
+  return [kind, name, b.tenant ?? '', `${b.window_seconds}s`, String(b.limit)]
 }
 
 /** The API's answer as JSON, with nothing a terminal would act on left raw in its strings. */

@@ -11,6 +11,7 @@ const TENANT = entryOf(BUDGET.properties.tenants)
 /** The keys that give a bucket its windows: the pair or `limits`. */
 const LIMIT_KEYS = keysOf(TENANT)
 const TOOL = entryOf(BUDGET.properties.tools)
+const SERVER = entryOf(BUDGET.properties.servers)
 const WINDOW = (BUDGET.properties.limits as unknown as { items: TSchema }).items
 
 /** Windows per bucket: a minute, an hour, a day and a month fit with room to spare. */
@@ -18,15 +19,20 @@ const MAX_WINDOWS = 8
 
 const DEFAULT_LIMIT: BucketLimit = { requestsPerWindow: 100, windowSeconds: 60 }
 
-/** The `budget:` block at `path`. */
-export function readBudget(r: Reader, value: unknown, path = 'budget'): BudgetConfig {
+/**
+ * The `budget:` block at `path`. `servers`: the names under `servers:`, which then scope tool keys
+ * (`<server>/<tool>`) and name the server buckets; null with `upstream:` (a tool key is then a tool's
+ * name, whatever it holds, `/` included).
+ */
+export function readBudget(r: Reader, value: unknown, path = 'budget', servers: readonly string[] | null = null): BudgetConfig {
   const o = readBlock(r, BUDGET, value, path)
   const top = readLimits(r, o, BUDGET, path, [DEFAULT_LIMIT])
   return {
     configured: value !== undefined && value !== null,
     limits: top,
     tenants: readTenants(r, o.tenants, join(path, 'tenants'), top),
-    tools: readTools(r, o.tools, join(path, 'tools'), top),
+    tools: readTools(r, o.tools, join(path, 'tools'), top, servers),
+    servers: readServerBuckets(r, o.servers, join(path, 'servers'), top, servers),
     repeatLimit: readRepeatLimit(r, o.repeat_limit, join(path, 'repeat_limit')),
     checkTimeoutSeconds: readKey(r, BUDGET, o, 'check_timeout_seconds', path),
     onStoreError: readKey(r, BUDGET, o, 'on_store_error', path),
@@ -98,7 +104,13 @@ function readTenants(r: Reader, value: unknown, at: string, top: readonly Bucket
 }
 
 /** A tool entry has a bucket of its own unless it sets only `cost`. */
-function readTools(r: Reader, value: unknown, at: string, top: readonly BucketLimit[]): Record<string, ToolBudget> {
+function readTools(
+  r: Reader,
+  value: unknown,
+  at: string,
+  top: readonly BucketLimit[],
+  servers: readonly string[] | null,
+): Record<string, ToolBudget> {
   const out = Object.create(null) as Record<string, ToolBudget>
   for (const [name, child, path] of entries(r, value, at)) {
     const o = readBlock(r, TOOL, child, path)
@@ -107,7 +119,56 @@ function readTools(r: Reader, value: unknown, at: string, top: readonly BucketLi
     out[name] = {
       limits: costOnly ? [] : readLimits(r, o, TOOL, path, top),
       cost: readLeaf(r, keyNode(TOOL, 'cost'), o.cost, join(path, 'cost')) as number,
+      ...scopeOf(r, name, path, servers),
     }
+  }
+  return out
+}
+
+/**
+ * Which server's calls a tool key applies to. With `servers:` a key is `<server>/<tool>`, split at its
+ * first `/` (a server name holds none, a tool name may): the same tool name on two servers is two
+ * tools, and a bare name would leave unsaid which server's tool it limits. With `upstream:` the key is
+ * the tool's name as it stands.
+ */
+function scopeOf(r: Reader, key: string, path: string, servers: readonly string[] | null): { server: string | null; tool: string } {
+  if (servers === null) return { server: null, tool: key }
+  const slash = key.indexOf('/')
+  if (slash < 0) {
+    const forms = servers.slice(0, 3).map((s) => `${s}/${key}`)
+    const write = forms.length === 0 ? `<server>/${key}` : forms.join(' or ') + (servers.length > forms.length ? ' or …' : '')
+    r.note(path, `with servers, tool buckets are named <server>/<tool>: write ${write}`)
+    return { server: null, tool: key }
+  }
+  const server = key.slice(0, slash)
+  const tool = key.slice(slash + 1)
+  if (!servers.includes(server)) {
+    r.note(
+      path,
+      `${JSON.stringify(server)} is not one of servers (${servers.join(', ') || 'none'}): tool buckets are named <server>/<tool>`,
+    )
+  }
+  if (tool === '') r.note(path, `names no tool after ${JSON.stringify(server + '/')}`)
+  return { server, tool }
+}
+
+/** `budget.servers`: one bucket per server named under `servers:`, shared by all its callers. */
+function readServerBuckets(
+  r: Reader,
+  value: unknown,
+  at: string,
+  top: readonly BucketLimit[],
+  servers: readonly string[] | null,
+): Record<string, readonly BucketLimit[]> {
+  const out = Object.create(null) as Record<string, readonly BucketLimit[]>
+  if (servers === null && value !== undefined && value !== null) {
+    r.note(at, 'is only used with servers (with upstream alone, limit the whole gateway with budget.limits or budget.tenants)')
+  }
+  for (const [name, child, path] of entries(r, value, at)) {
+    const o = readBlock(r, SERVER, child, path)
+    if (child === null || child === undefined) r.note(path, 'must set requests_per_window and window_seconds, or limits')
+    else if (servers !== null && !servers.includes(name)) r.note(path, `must name one of servers (${servers.join(', ') || 'none'})`)
+    out[name] = readLimits(r, o, SERVER, path, top)
   }
   return out
 }

@@ -154,7 +154,13 @@ export function readConfig(r: Reader, tree: unknown, baseDir: string): Config {
     features,
     audit,
     auth: readAuth(r, o.auth, resolvePath),
-    budget: readBudget(r, o.budget),
+    // With servers:, tool keys and server buckets name servers; with upstream: (or neither) they cannot.
+    budget: readBudget(
+      r,
+      o.budget,
+      'budget',
+      upstream === null && o.servers !== undefined && o.servers !== null ? servers.map((s) => s.name) : null,
+    ),
     policy: readPolicy(r, o.policy, o.policy_file, resolvePath),
     postgres,
     // `http` by default: what clients got before the key existed, and what budget.md documents.

@@ -262,7 +262,7 @@ function windows(description: string, windowDescription: string) {
 }
 
 /** A tenant's or a tool's bucket: the pair or `limits`, a key left out taking the top-level value. */
-function bucket(owner: 'tenant' | 'tool') {
+function bucket(owner: 'tenant' | 'tool' | 'server') {
   return {
     requests_per_window: int(1, 1_000_000_000, { description: `The ${owner}'s limit in units per window; left out: the top-level value.` }),
     window_seconds: num(0, MAX_WINDOW_SECONDS, { exclusiveMin: true, description: `The ${owner}'s window; left out: the top-level one.` }),
@@ -295,7 +295,13 @@ export const BUDGET = block(
         { ...bucket('tool'), cost: int(1, 1_000_000, { default: 1, description: 'Units one call charges to every bucket it passes.' }) },
         { description: "A tool's bucket and cost; an entry with only cost has no bucket of its own." },
       ),
-      { description: 'Buckets shared by every caller of a tool, by tool name.' },
+      { description: 'Buckets shared by every caller of a tool, by tool name; with servers, by <server>/<tool>.' },
+    ),
+    servers: named(
+      block(bucket('server'), {
+        description: "A server's bucket: the pair or limits; a key left out takes the top-level value.",
+      }),
+      { description: 'With servers: buckets shared by every caller of one server (its own API quota), by server name.' },
     ),
     repeat_limit: block(
       {

@@ -228,6 +228,10 @@ export interface ToolBudget {
   readonly limits: readonly BucketLimit[]
   /** Units one call of this tool charges to every tier it passes (budget.tools.<tool>.cost). */
   readonly cost: number
+  /** With `servers:`, the server of its key (`<server>/<tool>`): it applies to that server's calls only. Null with `upstream:`. */
+  readonly server: string | null
+  /** The tool's name as calls give it: the key, or with `servers:` the part after `<server>/`. */
+  readonly tool: string
 }
 
 /** The loop breaker (budget.repeat_limit): one identity, one tool, the same arguments. */
@@ -242,7 +246,10 @@ export interface BudgetConfig {
   /** The windows of every identity's bucket (one or more, distinct lengths). */
   readonly limits: readonly BucketLimit[]
   readonly tenants: Readonly<Record<string, readonly BucketLimit[]>>
+  /** By key as written: the tool's name, or with `servers:` `<server>/<tool>`. */
   readonly tools: Readonly<Record<string, ToolBudget>>
+  /** `budget.servers`: buckets shared by every caller of one server (with `servers:` only), by server name. */
+  readonly servers: Readonly<Record<string, readonly BucketLimit[]>>
   /** Null: no loop breaker. */
   readonly repeatLimit: RepeatLimit | null
   /** Bound on one store check, start to verdict (Postgres). */

@@ -146,7 +146,7 @@ describe('GET and DELETE /budgets (memory store)', () => {
     expect(before.some((n) => n > 0)).toBe(true)
     const r = await adminCall('DELETE', '/budgets')
     expect(r.status).toBe(400)
-    expect(r.body.error).toMatch(/name the buckets to reset with identity, tenant or tool/)
+    expect(r.body.error).toMatch(/name the buckets to reset with identity, tenant, tool or server/)
     expect(await used()).toEqual(before)
   })
 
@@ -160,11 +160,11 @@ describe('GET and DELETE /budgets (memory store)', () => {
   })
 
   test.each([
-    ['/budgets?user=alice', 'unknown query parameter "user" (allowed: identity, tenant, tool, kind)'],
+    ['/budgets?user=alice', 'unknown query parameter "user" (allowed: identity, tenant, tool, server, kind)'],
     ['/budgets?identity=a&identity=b', 'query parameter identity is given more than once'],
     ['/budgets?identity=', 'identity is empty'],
     ['/budgets?identity=%00x', 'identity contains control characters'],
-    ['/budgets?kind=everything', 'kind must be one of identity, tenant, tool, repeat'],
+    ['/budgets?kind=everything', 'kind must be one of identity, tenant, tool, server, repeat'],
   ])('GET %s is refused with 400: %s', async (path, message) => {
     const r = await adminCall('GET', path)
     expect(r.status).toBe(400)

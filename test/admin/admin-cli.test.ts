@@ -158,7 +158,7 @@ test.each([
     /cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is the gateway running with this admin\.listen\?/,
     'closed',
   ],
-  [['budget', 'reset'], 'budget reset needs --identity, --tenant or --tool (resetting every bucket is not offered)', 'good'],
+  [['budget', 'reset'], 'budget reset needs --identity, --tenant, --tool or --server (resetting every bucket is not offered)', 'good'],
   [
     ['revoke', '--identity', 'x', '--tenant', 'default', '--until', 'tomorrow'],
     '--until must be a duration (90s, 30m, 1h, 7d) or an ISO 8601 time (2026-12-01T18:00:00Z), not "tomorrow"',

@@ -51,6 +51,15 @@ const CONTEXTS: ReadonlyArray<readonly [RegExp, (doc: Doc, value: unknown) => vo
   [/^auth\.mode$/, (doc, value) => value === 'header' && delete (doc.auth as Doc).jwt],
   // A server's keys are tried in a file of servers, which takes the place of upstream.
   [/^servers\./, (doc) => delete doc.upstream],
+  // budget.servers names servers under servers:, which replace upstream.
+  [
+    /^budget\.servers\./,
+    (doc) => {
+      delete doc.upstream
+      const name = Object.keys((doc.budget as { servers: Doc }).servers)[0]
+      doc.servers = { [name]: { url: 'http://127.0.0.1:3001/mcp' } }
+    },
+  ],
 ]
 
 let ajv: Ajv
