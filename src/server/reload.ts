@@ -59,7 +59,9 @@ export class Reloader {
     this.targets.swap(current)
     this.loaded = next
     this.current = current
-    log.info('configuration reloaded: budget, policy and tool_refusals apply to new requests; budget counts kept', {
+    // The words say what a reload applied: with servers, the map of servers too.
+    const applied = current.upstream === null ? 'servers, budget, policy and tool_refusals' : 'budget, policy and tool_refusals'
+    log.info(`configuration reloaded: ${applied} apply to new requests; budget counts kept`, {
       restart_needed_for: restartNeeded,
       ...diff.summary,
     })

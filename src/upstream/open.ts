@@ -21,8 +21,20 @@ export interface UpstreamFeature extends Contribution {
  * chain is extended rather than replaced on the way there. The probe's first run starts now, while the
  * rest is wired; awaiting `firstProbe` before listening makes the first /readyz already know.
  */
+/**
+ * A server's own headers (its credentials) go with its probe too, so that a server that refuses a call
+ * without them is not taken for up on its 401, but only to the server's own origin: a
+ * `health_check.url` elsewhere never receives them.
+ */
+function probeHeaders(config: UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> }): string[] {
+  const headers = config.headers ?? {}
+  const target = config.healthCheck?.url ?? config.url
+  if (Object.keys(headers).length === 0 || new URL(target).origin !== new URL(config.url).origin) return []
+  return Object.entries(headers).flat()
+}
+
 export function openUpstream(
-  config: UpstreamConfig,
+  config: UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> },
   trustedProxies: readonly string[],
   metrics: UpstreamMetrics,
   log: Logger,
@@ -40,7 +52,7 @@ export function openUpstream(
   let stopProbe = (): Promise<void> => Promise.resolve()
   const healthCheck = config.healthCheck
   if (healthCheck !== null) {
-    const probe = new UpstreamProbe(healthCheck, config.url, log, metrics.upstreamProbeListener(server))
+    const probe = new UpstreamProbe(healthCheck, config.url, log, metrics.upstreamProbeListener(server), probeHeaders(config))
     stopProbe = () => probe.close()
     closers.push(stopProbe)
     readiness.push(probe.readiness())

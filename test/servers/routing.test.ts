@@ -57,6 +57,15 @@ describe('several servers behind one gateway', () => {
     },
   )
 
+  test("the health probe carries the server's own headers, and only to that server", () => {
+    const probes = (name: string) =>
+      h.upstreams[name].seen.filter((s) => s.method === 'GET' && s.headers['x-wardline-request-id'] === undefined)
+    expect(probes('docs').length).toBeGreaterThan(0)
+    expect(probes('docs').every((s) => s.headers['x-api-key'] === 'docs-secret')).toBe(true)
+    expect(probes('tickets').length).toBeGreaterThan(0)
+    expect(probes('tickets').every((s) => s.headers['x-api-key'] === undefined)).toBe(true)
+  })
+
   test('a client-sent copy of a server header never reaches it', async () => {
     const reply = await send(
       `${h.url}/mcp/docs`,
