@@ -333,9 +333,18 @@ export interface LabelledNames {
  * A top-N of the busiest names was the other choice: it needs per-name counts of every name seen (the
  * same unbounded memory) and its labels change meaning as the ranking moves.
  */
-export function labelledNames(budget: BudgetConfig, policy: PolicyConfig | null): LabelledNames {
+export function labelledNames(
+  budget: BudgetConfig,
+  policy: PolicyConfig | null,
+  /**
+   * With `servers:`, `budget.tools` keys are `<server>/<tool>`: the tool label is the tool's own name
+   * (the `server` label says which server), so the part before the first `/` is dropped. With
+   * `upstream:` a key is a tool name as written, `/` and all.
+   */
+  servers = false,
+): LabelledNames {
   const tenants = new Set(Object.keys(budget.tenants))
-  const tools = new Set(Object.keys(budget.tools))
+  const tools = new Set(Object.keys(budget.tools).map((key) => (servers && key.includes('/') ? key.slice(key.indexOf('/') + 1) : key)))
   for (const rule of policy?.rules ?? []) {
     if (rule.tenant !== null && !rule.tenant.includes('*')) tenants.add(rule.tenant)
     if (!rule.target.includes('*')) tools.add(rule.target)

@@ -188,7 +188,7 @@ async function wire(
   if (postgres !== null) features.add(await postgres.launch())
   for (const warning of configWarnings(config)) log.warn(warning)
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
-  metrics.audit.nameLabels(labelledNames(config.budget, config.policy))
+  metrics.audit.nameLabels(labelledNames(config.budget, config.policy, config.upstream === null))
   const shared = sharedStages(config, { auth, audit, budget }, metrics, log, options.sessionClock)
   // One route per server: the one `upstream:` (every path forwarded to it, as it always was), or a
   // router in front of the servers `servers:` names. Each probe's first run goes on while the rest is wired.
@@ -201,7 +201,7 @@ async function wire(
     swap: (current) => {
       if (single !== null) single.reload(routesOf(current)[0])
       else router?.reload(routesOf(current), current.defaultServer)
-      metrics.audit.nameLabels(labelledNames(current.budget, current.policy))
+      metrics.audit.nameLabels(labelledNames(current.budget, current.policy, current.upstream === null))
     },
     onReload: (before, after) => features.onReload(before, after),
   })

@@ -202,6 +202,15 @@ describe('labelledNames and labelValue', () => {
     expect(names.tools).toEqual(['a'])
   })
 
+  test('with servers:, a budget.tools key <server>/<tool> labels the tool by its own name; with upstream: a key is kept whole', () => {
+    const budget = {
+      tenants: {},
+      tools: { 'docs/search': {}, 'tickets/search': {}, 'tickets/open': {}, plain: {} },
+    } as unknown as Parameters<typeof labelledNames>[0]
+    expect(labelledNames(budget, null, true).tools).toEqual(['search', 'open', 'plain'])
+    expect(labelledNames(budget, null).tools).toEqual(['docs/search', 'tickets/search', 'tickets/open', 'plain'])
+  })
+
   test('no configured name can take the value of another or of other/none', () => {
     const names = ['other', 'none', 'configured:other', 'configured:configured:other', 'acme', 'configured:']
     const values = names.map(labelValue)
