@@ -18,14 +18,37 @@ export class AuditMetrics extends FeatureMetrics {
   /**
    * The per-request numbers of each server (`servers:`), and under null those of requests without one
    * (`upstream:` alone, a path naming no server, an admin entry): printed without a `server` label,
-   * exactly as before servers existed (HELP texts too: the `server` label is in docs/operations.md). Each is made once per route (forServer), so a request finds
-   * its own with no lookup; the collectors below walk them at scrape time, unlabelled first.
+   * exactly as before servers existed (HELP texts too: docs/operations.md tells of `server`). Each is
+   * made once per route (forServer), so a request finds its own with no lookup; the collectors below
+   * walk them at scrape time, unlabelled first.
    */
   private readonly series = new Map<string | null, ServerSeries>()
-  /** The series of requests without a server. */
-  readonly unlabelled: ServerSeries
   /** The names refusals and forwarded calls are labelled with (nameLabels), for series made later. */
   private names: LabelledNames = { tenants: [], tools: [] }
+  /** The series of requests without a server. */
+  readonly unlabelled: ServerSeries = this.seriesOf(null)
+  private readonly all = (): Iterable<ServerSeries> => this.series.values()
+  // Registered in the order they always were, so /metrics prints its families in the same order.
+  readonly requestsMetric = registerDecisionCounter(
+    this.registry,
+    'wardline_requests_total',
+    'Proxied HTTP requests, by decision (a batch counts once; see wardline_audit_entries_total)',
+    this.all,
+    (s) => s.requests,
+  )
+  readonly entriesMetric = registerDecisionCounter(
+    this.registry,
+    'wardline_audit_entries_total',
+    'Audit entries recorded, by decision (a forwarded batch writes one per gated element, plus one for the rest)',
+    this.all,
+    (s) => s.entries,
+  )
+  readonly durationMetric = registerDecisionHistogram(
+    this.registry,
+    'wardline_request_duration_seconds',
+    'Time from request arrival to the end of the response, by decision (one observation per request)',
+    this.all,
+  )
   readonly auditDropped = this.counter(
     'wardline_audit_dropped_total',
     'Audit entries that could not be written or queued, by sink',
@@ -68,6 +91,36 @@ export class AuditMetrics extends FeatureMetrics {
     'audit_entries rows older than audit.retention_days deleted by this replica',
   )
 
+  // Refused, failed and unauthorized audit entries by tenant and by tool, counted where
+  // wardline_audit_entries_total is (AuditTrail.entriesOf), so they add up to its non-allow decisions.
+  // Label values are configured names only (labelledNames), so a caller cannot mint series.
+  readonly refusalsByTenantMetric = registerRefusals(
+    this.registry,
+    'wardline_refusals_by_tenant_total',
+    'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tenant: a tenant named in budget.tenants or a policy rule, else other; none without a tenant',
+    'tenant',
+    this.all,
+    (s) => s.refusalsByTenant,
+  )
+  readonly refusalsByToolMetric = registerRefusals(
+    this.registry,
+    'wardline_refusals_by_tool_total',
+    'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
+    'tool',
+    this.all,
+    (s) => s.refusalsByTool,
+  )
+  // Gated calls forwarded to the MCP server, by tool and outcome, and their upstream latency by tool;
+  // counted in AuditTrail.entriesOf from the same calls the audit entries are, with the same bounded
+  // tool label as the refusals.
+  readonly forwardedCallsMetric = registerForwardedCalls(
+    this.registry,
+    'wardline_forwarded_calls_total',
+    'Gated calls (tools/call, resources/*, prompts/*, completion/complete) forwarded to the MCP server, one per call (a batch element counts alone), by outcome (ok: a 2xx answer that ended; http_error: another status; upstream_error: no answer or a broken one; client_closed: the client left first) and tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
+    'wardline_forwarded_call_duration_seconds',
+    'Time from handing a forwarded request to the MCP server until its answer ended (an SSE answer: its last event), by tool; one observation per gated call, whatever its outcome',
+    this.all,
+  )
   readonly auditQueueLimit = this.gauge(
     'wardline_audit_queue_limit_entries',
     'audit.max_queue_entries: the queue length at which calls get 503 (WL_AUDIT_BACKPRESSURE), by sink',
@@ -78,59 +131,6 @@ export class AuditMetrics extends FeatureMetrics {
 
   constructor(...args: ConstructorParameters<typeof FeatureMetrics>) {
     super(...args)
-    this.unlabelled = new ServerSeries(null, this.names)
-    this.series.set(null, this.unlabelled)
-    const all = (): Iterable<ServerSeries> => this.series.values()
-    registerDecisionCounter(
-      this.registry,
-      'wardline_requests_total',
-      'Proxied HTTP requests, by decision (a batch counts once; see wardline_audit_entries_total)',
-      all,
-      (s) => s.requests,
-    )
-    registerDecisionCounter(
-      this.registry,
-      'wardline_audit_entries_total',
-      'Audit entries recorded, by decision (a forwarded batch writes one per gated element, plus one for the rest)',
-      all,
-      (s) => s.entries,
-    )
-    registerDecisionHistogram(
-      this.registry,
-      'wardline_request_duration_seconds',
-      'Time from request arrival to the end of the response, by decision (one observation per request)',
-      all,
-    )
-    // Refused, failed and unauthorized audit entries by tenant and by tool, counted where
-    // wardline_audit_entries_total is (AuditTrail.entriesOf), so they add up to its non-allow decisions.
-    // Label values are configured names only (labelledNames), so a caller cannot mint series.
-    registerRefusals(
-      this.registry,
-      'wardline_refusals_by_tenant_total',
-      'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tenant: a tenant named in budget.tenants or a policy rule, else other; none without a tenant',
-      'tenant',
-      all,
-      (s) => s.refusalsByTenant,
-    )
-    registerRefusals(
-      this.registry,
-      'wardline_refusals_by_tool_total',
-      'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
-      'tool',
-      all,
-      (s) => s.refusalsByTool,
-    )
-    // Gated calls forwarded to the MCP server, by tool and outcome, and their upstream latency by tool;
-    // counted in AuditTrail.entriesOf from the same calls the audit entries are, with the same bounded
-    // tool label as the refusals.
-    registerForwardedCalls(
-      this.registry,
-      'wardline_forwarded_calls_total',
-      'Gated calls (tools/call, resources/*, prompts/*, completion/complete) forwarded to the MCP server, one per call (a batch element counts alone), by outcome (ok: a 2xx answer that ended; http_error: another status; upstream_error: no answer or a broken one; client_closed: the client left first) and tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
-      'wardline_forwarded_call_duration_seconds',
-      'Time from handing a forwarded request to the MCP server until its answer ended (an SSE answer: its last event), by tool; one observation per gated call, whatever its outcome',
-      all,
-    )
     const spillFiles = this.spillFiles
     this.gauge(
       'wardline_audit_spill_bytes',
@@ -159,9 +159,14 @@ export class AuditMetrics extends FeatureMetrics {
    * changed keeps counting where it was. Null is the unlabelled series, never released.
    */
   forServer(server: string | null): ServerSeries {
+    const series = this.seriesOf(server)
+    if (server !== null) series.users++
+    return series
+  }
+
+  private seriesOf(server: string | null): ServerSeries {
     let series = this.series.get(server)
     if (series === undefined) this.series.set(server, (series = new ServerSeries(server, this.names)))
-    if (server !== null) series.users++
     return series
   }
 
@@ -429,8 +434,8 @@ function registerRefusals(
   label: 'tenant' | 'tool',
   all: () => Iterable<ServerSeries>,
   rowsOf: (s: ServerSeries) => NameRows,
-): void {
-  new Counter({
+): Counter<'decision' | 'tenant' | 'tool' | 'server'> {
+  return new Counter({
     name,
     help,
     labelNames: ['decision', label, 'server'] as const,
@@ -463,9 +468,9 @@ function registerForwardedCalls(
   durationName: string,
   durationHelp: string,
   all: () => Iterable<ServerSeries>,
-): void {
+): Counter<'outcome' | 'tool' | 'server'> {
   const outcomes = CALL_OUTCOMES.length
-  new Counter({
+  const counter = new Counter({
     name: countName,
     help: countHelp,
     labelNames: ['outcome', 'tool', 'server'] as const,
@@ -517,6 +522,7 @@ function registerForwardedCalls(
     // Registry.resetMetrics() (nothing calls it): the rows are the counter's too, and its collect() refills it from them.
     reset: () => undefined,
   } as unknown as Metric)
+  return counter
 }
 
 /** Total size of the files that exist among `paths`. */
@@ -552,8 +558,8 @@ function registerDecisionCounter(
   help: string,
   all: () => Iterable<ServerSeries>,
   countsOf: (s: ServerSeries) => DecisionCounts,
-): void {
-  new Counter({
+): Counter<'decision' | 'server'> {
+  return new Counter({
     name,
     help,
     labelNames: ['decision', 'server'] as const,
@@ -618,7 +624,7 @@ function pushHistogram(
  * samples prom-client's Histogram did, in its order: per decision first observed, each bucket
  * cumulative (`le` is inclusive), then +Inf, _sum and _count.
  */
-function registerDecisionHistogram(registry: Registry, name: string, help: string, all: () => Iterable<ServerSeries>): void {
+function registerDecisionHistogram(registry: Registry, name: string, help: string, all: () => Iterable<ServerSeries>): Metric {
   const get = (): Promise<HistogramMetric> => {
     const values: HistogramSample[] = []
     const width = DURATION_BUCKETS.length
@@ -647,5 +653,7 @@ function registerDecisionHistogram(registry: Registry, name: string, help: strin
       series.durationSeen.length = 0
     }
   }
-  registry.registerMetric({ name, help, type: 'histogram', aggregator: 'sum', get, reset } as unknown as Metric)
+  const metric = { name, help, type: 'histogram', aggregator: 'sum', get, reset } as unknown as Metric
+  registry.registerMetric(metric)
+  return metric
 }
