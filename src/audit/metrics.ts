@@ -15,21 +15,39 @@ const DURATION_BUCKETS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 
  * about 1 µs per request (3% of the gateway's CPU); the arrays take a few tens of ns.
  */
 export class AuditMetrics extends FeatureMetrics {
-  private readonly requests = new DecisionCounter(
+  /**
+   * The per-request numbers of each server (`servers:`), and under null those of requests without one
+   * (`upstream:` alone, a path naming no server, an admin entry): printed without a `server` label,
+   * exactly as before servers existed (HELP texts too: docs/operations.md tells of `server`). Each is
+   * made once per route (forServer), so a request finds its own with no lookup; the collectors below
+   * walk them at scrape time, unlabelled first.
+   */
+  private readonly series = new Map<string | null, ServerSeries>()
+  /** The names refusals and forwarded calls are labelled with (nameLabels), for series made later. */
+  private names: LabelledNames = { tenants: [], tools: [] }
+  /** The series of requests without a server. */
+  readonly unlabelled: ServerSeries = this.seriesOf(null)
+  private readonly all = (): Iterable<ServerSeries> => this.series.values()
+  // Registered in the order they always were, so /metrics prints its families in the same order.
+  readonly requestsMetric = registerDecisionCounter(
     this.registry,
     'wardline_requests_total',
     'Proxied HTTP requests, by decision (a batch counts once; see wardline_audit_entries_total)',
+    this.all,
+    (s) => s.requests,
   )
-  private readonly auditEntries = new DecisionCounter(
+  readonly entriesMetric = registerDecisionCounter(
     this.registry,
     'wardline_audit_entries_total',
     'Audit entries recorded, by decision (a forwarded batch writes one per gated element, plus one for the rest)',
+    this.all,
+    (s) => s.entries,
   )
-  private readonly duration = new DecisionHistogram(
+  readonly durationMetric = registerDecisionHistogram(
     this.registry,
     'wardline_request_duration_seconds',
     'Time from request arrival to the end of the response, by decision (one observation per request)',
-    DURATION_BUCKETS,
+    this.all,
   )
   readonly auditDropped = this.counter(
     'wardline_audit_dropped_total',
@@ -73,35 +91,35 @@ export class AuditMetrics extends FeatureMetrics {
     'audit_entries rows older than audit.retention_days deleted by this replica',
   )
 
-  /**
-   * Refused, failed and unauthorized audit entries by tenant and by tool, counted where
-   * wardline_audit_entries_total is (AuditTrail.entriesOf), so they add up to its non-allow decisions.
-   * Label values are configured names only (labelledNames), so a caller cannot mint series.
-   */
-  private readonly refusalsByTenant = new RefusalsByName(
+  // Refused, failed and unauthorized audit entries by tenant and by tool, counted where
+  // wardline_audit_entries_total is (AuditTrail.entriesOf), so they add up to its non-allow decisions.
+  // Label values are configured names only (labelledNames), so a caller cannot mint series.
+  readonly refusalsByTenantMetric = registerRefusals(
     this.registry,
     'wardline_refusals_by_tenant_total',
     'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tenant: a tenant named in budget.tenants or a policy rule, else other; none without a tenant',
     'tenant',
+    this.all,
+    (s) => s.refusalsByTenant,
   )
-  private readonly refusalsByTool = new RefusalsByName(
+  readonly refusalsByToolMetric = registerRefusals(
     this.registry,
     'wardline_refusals_by_tool_total',
     'Audit entries that were refused or failed (deny, throttled, unauthorized, error), by tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
     'tool',
+    this.all,
+    (s) => s.refusalsByTool,
   )
-  /**
-   * Gated calls forwarded to the MCP server, by tool and outcome, and their upstream latency by tool;
-   * counted in AuditTrail.entriesOf from the same calls the audit entries are, with the same bounded tool
-   * label as the refusals.
-   */
-  private readonly forwardedCalls = new ForwardedCalls(
+  // Gated calls forwarded to the MCP server, by tool and outcome, and their upstream latency by tool;
+  // counted in AuditTrail.entriesOf from the same calls the audit entries are, with the same bounded
+  // tool label as the refusals.
+  readonly forwardedCallsMetric = registerForwardedCalls(
     this.registry,
     'wardline_forwarded_calls_total',
     'Gated calls (tools/call, resources/*, prompts/*, completion/complete) forwarded to the MCP server, one per call (a batch element counts alone), by outcome (ok: a 2xx answer that ended; http_error: another status; upstream_error: no answer or a broken one; client_closed: the client left first) and tool: a tool named in budget.tools or a policy rule, else other; none for calls without one',
     'wardline_forwarded_call_duration_seconds',
     'Time from handing a forwarded request to the MCP server until its answer ended (an SSE answer: its last event), by tool; one observation per gated call, whatever its outcome',
-    DURATION_BUCKETS,
+    this.all,
   )
   readonly auditQueueLimit = this.gauge(
     'wardline_audit_queue_limit_entries',
@@ -131,9 +149,31 @@ export class AuditMetrics extends FeatureMetrics {
    * reload. Counts of names kept carry on; a name no longer configured loses its series.
    */
   nameLabels(names: LabelledNames): void {
-    this.refusalsByTenant.setNames(names.tenants)
-    this.refusalsByTool.setNames(names.tools)
-    this.forwardedCalls.setNames(names.tools)
+    this.names = names
+    for (const series of this.series.values()) series.setNames(names)
+  }
+
+  /**
+   * The series of one server's requests, made on its route's first opening and shared by every route
+   * opened under that name until each has let go (releaseServer): a server whose settings a reload
+   * changed keeps counting where it was. Null is the unlabelled series, never released.
+   */
+  forServer(server: string | null): ServerSeries {
+    const series = this.seriesOf(server)
+    if (server !== null) series.users++
+    return series
+  }
+
+  private seriesOf(server: string | null): ServerSeries {
+    let series = this.series.get(server)
+    if (series === undefined) this.series.set(server, (series = new ServerSeries(server, this.names)))
+    return series
+  }
+
+  /** A route of `server` closed: once none is left (a reload removed the server), its series stop printing. */
+  releaseServer(server: string): void {
+    const series = this.series.get(server)
+    if (series !== undefined && --series.users <= 0) this.series.delete(server)
   }
 
   /** Where wardline_audit_spill_bytes{sink} is measured (stat at scrape time; a missing file is 0 bytes). */
@@ -153,21 +193,84 @@ export class AuditMetrics extends FeatureMetrics {
 
   /** One finished request: its count and its latency, under the decision the request as a whole came to. */
   recordRequest(decision: Decision, seconds: number): void {
+    this.unlabelled.recordRequest(decision, seconds)
+  }
+
+  /** One audit entry without a server (an admin action, a path naming no server); see ServerSeries.countEntry. */
+  countEntry(decision: Decision, tenant = '', tool = ''): void {
+    this.unlabelled.countEntry(decision, tenant, tool)
+  }
+
+  /** One gated call of a forwarded request without a server; see ServerSeries.countForwardedCall. */
+  countForwardedCall(target: string, outcome: number, seconds: number): void {
+    this.unlabelled.countForwardedCall(target, outcome, seconds)
+  }
+}
+
+/**
+ * The per-request numbers of one server (null: requests without one), in typed arrays: counting is a
+ * few array slots (and a Map lookup for a tenant or tool), with no label hashed until a scrape.
+ */
+export class ServerSeries {
+  /** Routes holding this series (AuditMetrics.forServer); it stops printing when the last lets go. */
+  users = 0
+  readonly requests = new DecisionCounts()
+  readonly entries = new DecisionCounts()
+  /** Per decision, how many observations fell in each bucket and no lower one (not cumulative). */
+  readonly durationBuckets = new Float64Array(DECISIONS.length * DURATION_BUCKETS.length)
+  readonly durationSums = new Float64Array(DECISIONS.length)
+  readonly durationCounts = new Float64Array(DECISIONS.length)
+  readonly durationSeen: number[] = []
+  readonly refusalsByTenant = new NameRows(DECISIONS.length)
+  readonly refusalsByTool = new NameRows(DECISIONS.length)
+  /**
+   * Forwarded calls by tool: a row holds a count per outcome, then a count per bucket (the bucket an
+   * observation fell in and no lower one, not cumulative), then the sum of the seconds. Every call
+   * counted is observed once, so a tool's _count is the sum of its outcomes and needs no slot of its own.
+   */
+  readonly forwarded = new NameRows(FORWARDED_WIDTH)
+
+  constructor(
+    /** The server's name; null for requests without one. */
+    readonly server: string | null,
+    names: LabelledNames,
+  ) {
+    this.setNames(names)
+  }
+
+  setNames(names: LabelledNames): void {
+    this.refusalsByTenant.setNames(names.tenants)
+    this.refusalsByTool.setNames(names.tools)
+    this.forwarded.setNames(names.tools)
+  }
+
+  /** One finished request: its count and its latency, under the decision the request as a whole came to. */
+  recordRequest(decision: Decision, seconds: number): void {
     // indexOf over six interned strings took ~5 ns where a Record<Decision, number> read took ~12 ns
     // (a keyed load with a changing key), measured in isolation.
     const i = DECISIONS.indexOf(decision)
     this.requests.add(i)
-    this.duration.observe(i, seconds)
+    // prom-client's observe() threw here; the caller is the audit record, which must never fail over a metric.
+    if (!Number.isFinite(seconds)) return
+    if (this.durationCounts[i]++ === 0) this.durationSeen.push(i)
+    this.durationSums[i] += seconds
+    const bounds = DURATION_BUCKETS
+    for (let b = 0; b < bounds.length; b++) {
+      if (seconds <= bounds[b]) {
+        this.durationBuckets[i * bounds.length + b]++
+        return
+      }
+    }
   }
 
   /** One audit entry written, under its own decision; a refusal also by its tenant and tool (`''`: none). */
   countEntry(decision: Decision, tenant = '', tool = ''): void {
     const i = DECISIONS.indexOf(decision)
-    this.auditEntries.add(i)
+    this.entries.add(i)
     // An allowed or passed-through entry (the hot path) pays this one typed-array read and nothing else.
     if (REFUSAL[i] === 1) {
-      this.refusalsByTenant.add(tenant, i)
-      this.refusalsByTool.add(tool, i)
+      this.refusalsByTenant.values[this.refusalsByTenant.offset(tenant) + i]++
+      this.refusalsByTool.values[this.refusalsByTool.offset(tool) + i]++
     }
   }
 
@@ -176,7 +279,17 @@ export class AuditMetrics extends FeatureMetrics {
    * and the seconds from the forward to the end of the answer. A Map lookup and a few array slots.
    */
   countForwardedCall(target: string, outcome: number, seconds: number): void {
-    this.forwardedCalls.add(target, outcome, seconds)
+    const values = this.forwarded.values
+    const at = this.forwarded.offset(target)
+    values[at + outcome]++
+    values[at + FORWARDED_SUM] += seconds
+    const bounds = DURATION_BUCKETS
+    for (let b = 0; b < bounds.length; b++) {
+      if (seconds <= bounds[b]) {
+        values[at + CALL_OUTCOMES.length + b]++
+        return
+      }
+    }
   }
 }
 
@@ -291,134 +404,116 @@ class NameRows {
   }
 }
 
-/**
- * A counter by decision and one bounded name label (tenant or tool), a row of NameRows per name. A
- * count is a Map lookup and an array slot. Only rows counted print, as DecisionCounter's decisions do.
- */
-class RefusalsByName {
-  private readonly rows = new NameRows(DECISIONS.length)
+/** A forwarded-calls row of ServerSeries: a count per outcome, a count per bucket, the sum of the seconds. */
+const FORWARDED_SUM = CALL_OUTCOMES.length + DURATION_BUCKETS.length
+const FORWARDED_WIDTH = FORWARDED_SUM + 1
 
-  constructor(registry: Registry, name: string, help: string, label: 'tenant' | 'tool') {
-    const rows = this.rows
-    new Counter({
-      name,
-      help,
-      labelNames: ['decision', label] as const,
-      registers: [registry],
-      collect() {
-        this.reset()
+/** Labels of one sample: `label` = `value`, then `server` when the series has one (unlabelled: as before servers existed). */
+function withServer(series: ServerSeries, labels: Record<string, string | number>): Record<string, string | number> {
+  if (series.server !== null) labels.server = series.server
+  return labels
+}
+
+/**
+ * A counter by decision and one bounded name label (tenant or tool), a row of NameRows per name in
+ * each server's series. Only rows counted print, as the decision counters' decisions do.
+ */
+function registerRefusals(
+  registry: Registry,
+  name: string,
+  help: string,
+  label: 'tenant' | 'tool',
+  all: () => Iterable<ServerSeries>,
+  rowsOf: (s: ServerSeries) => NameRows,
+): Counter<'decision' | 'tenant' | 'tool' | 'server'> {
+  return new Counter({
+    name,
+    help,
+    labelNames: ['decision', label, 'server'] as const,
+    registers: [registry],
+    collect() {
+      this.reset()
+      for (const series of all()) {
+        const rows = rowsOf(series)
         const counts = rows.values
         for (let row = 0; row < rows.count; row++) {
           for (let d = 0; d < DECISIONS.length; d++) {
             const n = counts[row * DECISIONS.length + d]
-            if (n > 0) this.inc({ decision: DECISIONS[d], [label]: rows.label(row) }, n)
+            if (n > 0) this.inc(withServer(series, { decision: DECISIONS[d], [label]: rows.label(row) }), n)
           }
         }
-      },
-    })
-  }
-
-  add(name: string, decision: number): void {
-    this.rows.values[this.rows.offset(name) + decision]++
-  }
-
-  setNames(names: readonly string[]): void {
-    this.rows.setNames(names)
-  }
+      }
+    },
+  })
 }
 
 /**
- * wardline_forwarded_calls_total{outcome, tool} and wardline_forwarded_call_duration_seconds{tool}, in
- * one NameRows: a row holds a count per outcome, then a count per bucket (the bucket an observation
- * fell in and no lower one, not cumulative), then the sum of the seconds. Every call counted is
- * observed once, so a tool's _count is the sum of its outcomes and needs no slot of its own. One Map
- * lookup serves both metrics. The histogram registers itself as DecisionHistogram does.
+ * wardline_forwarded_calls_total{outcome, tool} and wardline_forwarded_call_duration_seconds{tool}
+ * (each with `server` where the calls had one), from the forwarded rows of every ServerSeries: one
+ * Map lookup served both when counted. The histogram registers itself as the request histogram does.
  */
-class ForwardedCalls {
-  private readonly rows: NameRows
-  private readonly sumAt: number
-
-  constructor(
-    registry: Registry,
-    countName: string,
-    countHelp: string,
-    private readonly durationName: string,
-    private readonly durationHelp: string,
-    private readonly bounds: readonly number[],
-  ) {
-    const outcomes = CALL_OUTCOMES.length
-    this.sumAt = outcomes + bounds.length
-    const width = this.sumAt + 1
-    const rows = new NameRows(width)
-    this.rows = rows
-    new Counter({
-      name: countName,
-      help: countHelp,
-      labelNames: ['outcome', 'tool'] as const,
-      registers: [registry],
-      collect() {
-        this.reset()
+function registerForwardedCalls(
+  registry: Registry,
+  countName: string,
+  countHelp: string,
+  durationName: string,
+  durationHelp: string,
+  all: () => Iterable<ServerSeries>,
+): Counter<'outcome' | 'tool' | 'server'> {
+  const outcomes = CALL_OUTCOMES.length
+  const counter = new Counter({
+    name: countName,
+    help: countHelp,
+    labelNames: ['outcome', 'tool', 'server'] as const,
+    registers: [registry],
+    collect() {
+      this.reset()
+      for (const series of all()) {
+        const rows = series.forwarded
         const values = rows.values
         for (let row = 0; row < rows.count; row++) {
           for (let o = 0; o < outcomes; o++) {
-            const n = values[row * width + o]
-            if (n > 0) this.inc({ outcome: CALL_OUTCOMES[o], tool: rows.label(row) }, n)
+            const n = values[row * FORWARDED_WIDTH + o]
+            if (n > 0) this.inc(withServer(series, { outcome: CALL_OUTCOMES[o], tool: rows.label(row) }), n)
           }
         }
-      },
-    })
-    registry.registerMetric({
-      name: durationName,
-      help: durationHelp,
-      type: 'histogram',
-      aggregator: 'sum',
-      get: () => this.durations(),
-      // Registry.resetMetrics() (nothing calls it): the rows are the counter's too, and its collect() refills it from them.
-      reset: () => undefined,
-    } as unknown as Metric)
-  }
-
-  add(name: string, outcome: number, seconds: number): void {
-    const values = this.rows.values
-    const at = this.rows.offset(name)
-    values[at + outcome]++
-    values[at + this.sumAt] += seconds
-    const bounds = this.bounds
-    for (let b = 0; b < bounds.length; b++) {
-      if (seconds <= bounds[b]) {
-        values[at + CALL_OUTCOMES.length + b]++
-        return
+      }
+    },
+  })
+  const durations = (): Promise<HistogramMetric> => {
+    const out: HistogramSample[] = []
+    for (const series of all()) {
+      const rows = series.forwarded
+      for (let row = 0; row < rows.count; row++) {
+        const at = row * FORWARDED_WIDTH
+        let count = 0
+        for (let o = 0; o < outcomes; o++) count += rows.values[at + o]
+        if (count === 0) continue
+        pushHistogram(
+          out,
+          durationName,
+          'tool',
+          rows.label(row),
+          series,
+          rows.values,
+          at + outcomes,
+          rows.values[at + FORWARDED_SUM],
+          count,
+        )
       }
     }
+    return Promise.resolve({ name: durationName, help: durationHelp, type: 'histogram', values: out, aggregator: 'sum' })
   }
-
-  setNames(names: readonly string[]): void {
-    this.rows.setNames(names)
-  }
-
-  private durations(): Promise<{ name: string; help: string; type: string; values: HistogramSample[]; aggregator: string }> {
-    const { rows, bounds, sumAt } = this
-    const width = sumAt + 1
-    const out: HistogramSample[] = []
-    for (let row = 0; row < rows.count; row++) {
-      const at = row * width
-      let count = 0
-      for (let o = 0; o < CALL_OUTCOMES.length; o++) count += rows.values[at + o]
-      if (count === 0) continue
-      pushHistogram(
-        out,
-        this.durationName,
-        bounds,
-        'tool',
-        rows.label(row),
-        rows.values,
-        at + CALL_OUTCOMES.length,
-        rows.values[at + sumAt],
-        count,
-      )
-    }
-    return Promise.resolve({ name: this.durationName, help: this.durationHelp, type: 'histogram', values: out, aggregator: 'sum' })
-  }
+  registry.registerMetric({
+    name: durationName,
+    help: durationHelp,
+    type: 'histogram',
+    aggregator: 'sum',
+    get: durations,
+    // Registry.resetMetrics() (nothing calls it): the rows are the counter's too, and its collect() refills it from them.
+    reset: () => undefined,
+  } as unknown as Metric)
+  return counter
 }
 
 /** Total size of the files that exist among `paths`. */
@@ -434,38 +529,54 @@ function fileBytes(paths: readonly string[]): number {
   return bytes
 }
 
-/**
- * A counter by decision whose hot path is one array slot; its prom-client Counter copies the slots in
- * when the registry is scraped (collect()), so the text and JSON are prom-client's own.
- */
-class DecisionCounter {
-  private readonly counts = new Float64Array(DECISIONS.length)
-  /** Decision indexes in the order first counted: prom-client printed label values in that order. */
-  private readonly seen: number[] = []
-
-  constructor(registry: Registry, name: string, help: string) {
-    const { counts, seen } = this
-    new Counter({
-      name,
-      help,
-      labelNames: ['decision'] as const,
-      registers: [registry],
-      collect() {
-        this.reset()
-        for (const i of seen) this.inc({ decision: DECISIONS[i] }, counts[i])
-      },
-    })
-  }
+/** Counts by decision, one array slot each; the decisions in the order first counted (prom-client printed label values in that order). */
+class DecisionCounts {
+  readonly counts = new Float64Array(DECISIONS.length)
+  readonly seen: number[] = []
 
   add(i: number): void {
     if (this.counts[i]++ === 0) this.seen.push(i)
   }
 }
 
+/**
+ * A counter by decision (and server) whose hot path is one array slot; its prom-client Counter copies
+ * the slots in when the registry is scraped (collect()), so the text and JSON are prom-client's own.
+ */
+function registerDecisionCounter(
+  registry: Registry,
+  name: string,
+  help: string,
+  all: () => Iterable<ServerSeries>,
+  countsOf: (s: ServerSeries) => DecisionCounts,
+): Counter<'decision' | 'server'> {
+  return new Counter({
+    name,
+    help,
+    labelNames: ['decision', 'server'] as const,
+    registers: [registry],
+    collect() {
+      this.reset()
+      for (const series of all()) {
+        const { counts, seen } = countsOf(series)
+        for (const i of seen) this.inc(withServer(series, { decision: DECISIONS[i] }), counts[i])
+      }
+    },
+  })
+}
+
 interface HistogramSample {
   readonly labels: { readonly le?: number | '+Inf'; readonly [label: string]: string | number | undefined }
   readonly value: number
   readonly metricName: string
+}
+
+interface HistogramMetric {
+  name: string
+  help: string
+  type: string
+  values: HistogramSample[]
+  aggregator: string
 }
 
 /**
@@ -476,79 +587,64 @@ interface HistogramSample {
 function pushHistogram(
   out: HistogramSample[],
   name: string,
-  bounds: readonly number[],
   label: string,
   value: string,
+  series: ServerSeries,
   buckets: Float64Array,
   at: number,
   sum: number,
   count: number,
 ): void {
   const bucketName = `${name}_bucket`
+  const bounds = DURATION_BUCKETS
   let cumulative = 0
   for (let b = 0; b < bounds.length; b++) {
     cumulative += buckets[at + b]
-    out.push({ labels: { le: bounds[b], [label]: value }, value: cumulative, metricName: bucketName })
+    out.push({ labels: withServer(series, { le: bounds[b], [label]: value }), value: cumulative, metricName: bucketName })
   }
-  out.push({ labels: { le: '+Inf', [label]: value }, value: count, metricName: bucketName })
-  out.push({ labels: { [label]: value }, value: sum, metricName: `${name}_sum` })
-  out.push({ labels: { [label]: value }, value: count, metricName: `${name}_count` })
+  out.push({ labels: withServer(series, { le: '+Inf', [label]: value }), value: count, metricName: bucketName })
+  out.push({ labels: withServer(series, { [label]: value }), value: sum, metricName: `${name}_sum` })
+  out.push({ labels: withServer(series, { [label]: value }), value: count, metricName: `${name}_count` })
 }
 
 /**
- * A histogram by decision kept in Float64Arrays. prom-client has no way to set a Histogram's buckets, so
- * this registers itself as a metric of its own: a Registry reads a metric only through `name`, `type`,
- * `get()` (prom-client's MetricObject: name, help, type, values, aggregator) and `reset()`
- * (prom-client 15, lib/registry.js). get() yields the samples prom-client's Histogram did, in its order:
- * per decision first observed, each bucket cumulative (`le` is inclusive), then +Inf, _sum and _count.
+ * The request histogram by decision (and server), kept in each ServerSeries's Float64Arrays.
+ * prom-client has no way to set a Histogram's buckets, so this registers a metric of its own: a
+ * Registry reads a metric only through `name`, `type`, `get()` (prom-client's MetricObject: name,
+ * help, type, values, aggregator) and `reset()` (prom-client 15, lib/registry.js). get() yields the
+ * samples prom-client's Histogram did, in its order: per decision first observed, each bucket
+ * cumulative (`le` is inclusive), then +Inf, _sum and _count.
  */
-class DecisionHistogram {
-  readonly type = 'histogram'
-  readonly aggregator = 'sum'
-  /** Per decision, how many observations fell in each bucket and no lower one (not cumulative). */
-  private readonly buckets: Float64Array
-  private readonly sums = new Float64Array(DECISIONS.length)
-  private readonly counts = new Float64Array(DECISIONS.length)
-  private readonly seen: number[] = []
-
-  constructor(
-    registry: Registry,
-    readonly name: string,
-    readonly help: string,
-    private readonly bounds: readonly number[],
-  ) {
-    this.buckets = new Float64Array(DECISIONS.length * bounds.length)
-    registry.registerMetric(this as unknown as Metric)
-  }
-
-  observe(i: number, value: number): void {
-    // prom-client's observe() threw here; the caller is the audit record, which must never fail over a metric.
-    if (!Number.isFinite(value)) return
-    if (this.counts[i]++ === 0) this.seen.push(i)
-    this.sums[i] += value
-    const bounds = this.bounds
-    for (let b = 0; b < bounds.length; b++) {
-      if (value <= bounds[b]) {
-        this.buckets[i * bounds.length + b]++
-        return
+function registerDecisionHistogram(registry: Registry, name: string, help: string, all: () => Iterable<ServerSeries>): Metric {
+  const get = (): Promise<HistogramMetric> => {
+    const values: HistogramSample[] = []
+    const width = DURATION_BUCKETS.length
+    for (const series of all()) {
+      for (const i of series.durationSeen) {
+        pushHistogram(
+          values,
+          name,
+          'decision',
+          DECISIONS[i],
+          series,
+          series.durationBuckets,
+          i * width,
+          series.durationSums[i],
+          series.durationCounts[i],
+        )
       }
     }
+    return Promise.resolve({ name, help, type: 'histogram', values, aggregator: 'sum' })
   }
-
-  get(): Promise<{ name: string; help: string; type: string; values: HistogramSample[]; aggregator: string }> {
-    const { name, bounds } = this
-    const values: HistogramSample[] = []
-    for (const i of this.seen) {
-      pushHistogram(values, name, bounds, 'decision', DECISIONS[i], this.buckets, i * bounds.length, this.sums[i], this.counts[i])
+  const reset = (): void => {
+    for (const series of all()) {
+      series.durationBuckets.fill(0)
+      series.durationSums.fill(0)
+      series.durationCounts.fill(0)
+      series.durationSeen.length = 0
     }
-    return Promise.resolve({ name, help: this.help, type: this.type, values, aggregator: this.aggregator })
   }
-
-  /** Registry.resetMetrics(). */
-  reset(): void {
-    this.buckets.fill(0)
-    this.sums.fill(0)
-    this.counts.fill(0)
-    this.seen.length = 0
-  }
+  const metric = { name, help, type: 'histogram', aggregator: 'sum', get, reset } as unknown as Metric
+  registry.registerMetric(metric)
+  return metric
 }

@@ -1,6 +1,6 @@
 import { describeError } from '../errors'
 import { RateLimitedLog, type Logger, silentLogger } from '../log'
-import { type AuditMetrics, CALL_OUTCOMES } from './metrics'
+import { type AuditMetrics, CALL_OUTCOMES, type ServerSeries } from './metrics'
 import type { Exchange } from '../pipeline/exchange'
 import { stateKey } from '../pipeline/state'
 import { type AuditEntry, auditEntries, entryCount, failedEntry, requestDecision } from './entry'
@@ -59,17 +59,31 @@ export class AuditTrail {
   }
 
   /**
-   * The request's entries, counted in the request metrics. Throws when building or counting them
-   * does: the gateway then marks the request failed and writes `entriesAfterFailure` instead.
+   * The request's entries, counted in the request metrics of `series` (its route's server; by default
+   * the unlabelled ones). Throws when building or counting them does: the gateway then marks the
+   * request failed and writes `entriesAfterFailure` instead.
    */
-  entriesOf(ex: Exchange): AuditEntry[] {
+  entriesOf(ex: Exchange, series: ServerSeries = this.metrics.unlabelled): AuditEntry[] {
     const now = performance.now()
     const entries = auditEntries(ex, now)
     // One request, one count and one latency, however many entries a batch wrote.
-    this.metrics.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
-    for (const e of entries) this.metrics.countEntry(e.decision, e.tenant, e.tool)
-    if (ex.forwarded) this.countForwardedCalls(ex, now)
+    series.recordRequest(requestDecision(ex), (now - ex.startedMonoMs) / 1000)
+    for (const e of entries) series.countEntry(e.decision, e.tenant, e.tool)
+    if (ex.forwarded) countForwardedCalls(ex, now, series)
     return entries
+  }
+
+  /**
+   * The request metrics a route of `server` counts in, labelled with its name (null: unlabelled);
+   * taken once when the route opens, handed back by releaseSeries when it closes.
+   */
+  seriesFor(server: string | null): ServerSeries {
+    return this.metrics.forServer(server)
+  }
+
+  /** A route of `server` closed: its series go once no route of that name is left. */
+  releaseSeries(server: string): void {
+    this.metrics.releaseServer(server)
   }
 
   /**
@@ -91,20 +105,6 @@ export class AuditTrail {
     const reserved = ex.get(RESERVED)
     if (reserved > 0) ex.set(RESERVED, 0) // a second write of the same request must not release slots twice
     for (const w of this.writers) w.record(entries, reserved)
-  }
-
-  /**
-   * wardline_forwarded_calls_total and _call_duration_seconds: each gated call of a forwarded request,
-   * the calls that got an audit entry of their own (a batch element counts alone, with the batch's
-   * outcome and duration, as its entry has the batch's status and latency). Here, where every request
-   * ends once, rather than in the relay: the relay does not see a request the client left before it was
-   * sent, and its answer's end is only a moment before this.
-   */
-  private countForwardedCalls(ex: Exchange, nowMonoMs: number): void {
-    const outcome = callOutcome(ex)
-    const seconds = (nowMonoMs - ex.forwardedMonoMs) / 1000
-    const calls = ex.calls
-    for (let i = 0; i < calls.length; i++) if (calls[i].gated) this.metrics.countForwardedCall(calls[i].target, outcome, seconds)
   }
 
   /**
@@ -149,6 +149,20 @@ export class AuditTrail {
   observeQueues(): void {
     for (const w of this.writers) this.metrics.auditQueued.labels(w.sink.name).set(w.pending)
   }
+}
+
+/**
+ * wardline_forwarded_calls_total and _call_duration_seconds: each gated call of a forwarded request,
+ * the calls that got an audit entry of their own (a batch element counts alone, with the batch's
+ * outcome and duration, as its entry has the batch's status and latency). Counted where every request
+ * ends once (entriesOf), rather than in the relay: the relay does not see a request the client left
+ * before it was sent, and its answer's end is only a moment before this.
+ */
+function countForwardedCalls(ex: Exchange, nowMonoMs: number, series: ServerSeries): void {
+  const outcome = callOutcome(ex)
+  const seconds = (nowMonoMs - ex.forwardedMonoMs) / 1000
+  const calls = ex.calls
+  for (let i = 0; i < calls.length; i++) if (calls[i].gated) series.countForwardedCall(calls[i].target, outcome, seconds)
 }
 
 const OK = CALL_OUTCOMES.indexOf('ok')

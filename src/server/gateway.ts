@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditEntry } from '../audit/entry'
+import type { ServerSeries } from '../audit/metrics'
 import type { AuditTrail } from '../audit/trail'
 import type { ToolRefusals } from '../config/types'
 import { WardlineError, describeError } from '../errors'
@@ -55,6 +56,7 @@ export class Gateway implements Dispatch {
   private readonly running = new LinkedList<Exchange>()
   /** The chain new requests run through; a reload swaps it whole. */
   private chain: Chain
+  private readonly series: ServerSeries | undefined
 
   /** Requests not yet audited; shutdown waits for this to reach 0. */
   get inFlight(): number {
@@ -95,8 +97,11 @@ export class Gateway implements Dispatch {
     readonly server: string | null = null,
     /** Whose session ids its requests present: its upstream's origin (Exchange.sessionScope); null with `upstream:` alone. */
     private readonly sessionScope: string | null = null,
+    /** The request metrics its requests count in (the server's, taken once per route); the unlabelled ones by default. */
+    series?: ServerSeries,
   ) {
     this.chain = chainOf(stages, toolRefusals)
+    this.series = series
   }
 
   /** Swaps the stage chain (a config reload); requests already running keep the chain they started with. */
@@ -153,7 +158,7 @@ export class Gateway implements Dispatch {
     }
     let entries: AuditEntry[]
     try {
-      entries = this.audit.entriesOf(ex)
+      entries = this.audit.entriesOf(ex, this.series)
     } catch (err) {
       this.failed(ex, err)
       entries = this.audit.entriesAfterFailure(ex)

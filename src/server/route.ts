@@ -34,6 +34,11 @@ export function openRoute(
   log: Logger,
 ): RouteFeature {
   const opened = openUpstream(route.upstream, config.http.trustedProxies, metrics, log, route.server)
+  // The request metrics this route counts in, labelled with its server's name: found once here, so a
+  // request pays no lookup. Let go last (closers run last to first), after the upstream's own.
+  const series = audit.seriesFor(route.server)
+  const server = route.server
+  const closers = server === null ? opened.closers : [() => audit.releaseSeries(server), ...(opened.closers ?? [])]
   const own = routeStages()
   const gateway = new Gateway(
     buildChain(route, shared, own),
@@ -45,9 +50,11 @@ export function openRoute(
     lingerBounds(config.limits.maxBodyBytes),
     route.server,
     route.server === null ? null : new URL(route.upstream.url).origin,
+    series,
   )
   return {
     ...opened,
+    closers,
     config: route,
     gateway,
     reload: (next) => gateway.replaceStages(buildChain(next, shared, own), next.toolRefusals),

@@ -281,36 +281,39 @@ async function closeRoute(feature: RouteFeature, log: Logger): Promise<void> {
 }
 
 /**
- * /readyz with several servers: each server's probe reported by name, and ready while at least one
- * server whose probe counts for readiness is up (or none has a probe that counts): one server down
- * must not take the others' callers out of a load balancer.
+ * /readyz with several servers, under `checks.servers`: `servers.<name>` is each server's probe (its
+ * `ok`, and when it fails the `cause`: `connection refused`, `timeout after 2 s`, `HTTP 502`), `down`
+ * names every server whose last probe failed (sorted; empty when none did), and `ok` is true while at
+ * least one server whose probe counts for readiness (`affects_readiness`) is up, or none has one that
+ * counts: one server down must not take the others' callers out of a load balancer. A server whose
+ * probe does not count is still listed in `down`; one without a probe reads `probe: "off"`.
  */
 function serversReadiness(routes: () => RouteFeature[]): ReadinessCheck {
   return {
     name: 'servers',
     instant: true,
     async check() {
-      const detail: Record<string, unknown> = {}
-      let counted = 0
-      let up = 0
-      const down: string[] = []
-      await Promise.all(
+      const results = await Promise.all(
         routes().map(async (route) => {
           const name = route.config.server ?? ''
           const check = route.readiness?.[0]
-          if (check === undefined) {
-            detail[name] = { ok: true, probe: 'off' }
-            return
-          }
-          const result = await check.check().catch((err: unknown) => ({ ok: false, detail: { error: describeError(err) } }))
-          detail[name] = { ok: result.ok, ...result.detail }
-          if (check.required === false) return
-          counted++
-          if (result.ok) up++
-          else down.push(name)
+          if (check === undefined) return { name, counts: false, ok: true, detail: { probe: 'off' } }
+          const result = await check.check().catch((err: unknown) => ({ ok: false, detail: { cause: describeError(err) } }))
+          return { name, counts: check.required !== false, ok: result.ok, detail: result.detail }
         }),
       )
-      return { ok: counted === 0 || up > 0, detail: { servers: detail, ...(down.length > 0 ? { down: down.sort() } : {}) } }
+      const servers: Record<string, unknown> = {}
+      const down: string[] = []
+      let counted = 0
+      let up = 0
+      for (const r of results.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+        servers[r.name] = { ok: r.ok, ...r.detail }
+        if (!r.ok) down.push(r.name)
+        if (!r.counts) continue
+        counted++
+        if (r.ok) up++
+      }
+      return { ok: counted === 0 || up > 0, detail: { down, servers } }
     },
   }
 }

@@ -3,30 +3,65 @@ import { FeatureMetrics } from '../metrics-registry'
 import { UPSTREAM_ERROR_KINDS, type UpstreamErrorKind } from './failures'
 import type { ProbeResult } from './probe'
 
-/** The upstream's metrics: its failures by kind, and its health probe's results. */
-export class UpstreamMetrics extends FeatureMetrics {
-  /** One child per kind, made up front: every kind is exported from the start (at 0), and a failure costs an array read. */
-  private readonly upstreamErrorCounters: Record<UpstreamErrorKind, Counter.Internal>
+/** One server's wardline_upstream_errors_total children, one per kind, and the routes holding them. */
+interface ServerErrors {
+  readonly counters: Record<UpstreamErrorKind, Counter.Internal>
+  users: number
+}
 
-  constructor(...args: ConstructorParameters<typeof FeatureMetrics>) {
-    super(...args)
-    const upstreamErrors = this.counter(
-      'wardline_upstream_errors_total',
-      'Forwarded requests the MCP server failed, by kind: unreachable (no connection; 502), timeout (no response headers within upstream.timeout_seconds; 504), reset (the connection closed or reset before the answer ended), bad_response (an answer that could not be parsed or relayed), other',
-      ['kind'],
-    )
-    // labels() alone creates no series: a kind would first print at its first failure, and increase()
-    // and rate() read that first sample as the start, so a one-off burst would never show (alerts.yml).
-    for (const kind of UPSTREAM_ERROR_KINDS) upstreamErrors.inc({ kind }, 0)
-    this.upstreamErrorCounters = Object.fromEntries(UPSTREAM_ERROR_KINDS.map((k) => [k, upstreamErrors.labels(k)])) as Record<
-      UpstreamErrorKind,
-      Counter.Internal
-    >
+/**
+ * The upstreams' metrics: their failures by kind, and their health probes' results. With `servers:`
+ * every series carries the server's name as `server`; with `upstream:` alone none has the label, so
+ * the output is what it was before servers existed.
+ */
+export class UpstreamMetrics extends FeatureMetrics {
+  private readonly upstreamErrors = this.counter(
+    'wardline_upstream_errors_total',
+    'Forwarded requests the MCP server failed, by kind: unreachable (no connection; 502), timeout (no response headers within upstream.timeout_seconds; 504), reset (the connection closed or reset before the answer ended), bad_response (an answer that could not be parsed or relayed), other',
+    ['kind', 'server'],
+  )
+  /** Per server (null: the one `upstream:`), its children, made when its first route opens (forServer). */
+  private readonly servers = new Map<string | null, ServerErrors>()
+
+  /**
+   * Makes the failure series of one server (null: the one `upstream:`, unlabelled) when its first route
+   * opens, each kind printed at 0 from then on: labels() alone creates no series, so a kind would first
+   * print at its first failure, and increase() and rate() read that first sample as the start, so a
+   * one-off burst would never show (alerts.yml). Every route opened under a name shares its series
+   * (a reload that changes a server's settings keeps its counts); releaseServer lets go.
+   */
+  forServer(server: string | null): void {
+    const known = this.servers.get(server)
+    if (known !== undefined) {
+      known.users++
+      return
+    }
+    const counters = {} as Record<UpstreamErrorKind, Counter.Internal>
+    for (const kind of UPSTREAM_ERROR_KINDS) {
+      const labels = server === null ? { kind } : { kind, server }
+      this.upstreamErrors.inc(labels, 0)
+      counters[kind] = this.upstreamErrors.labels(labels)
+    }
+    this.servers.set(server, { counters, users: 1 })
   }
 
-  /** One upstream failure (upstream/failures.ts): off the hot path, once per failed request. */
-  upstreamError(kind: UpstreamErrorKind): void {
-    this.upstreamErrorCounters[kind].inc()
+  /**
+   * A route of `server` closed. Once none is left (a reload removed the server) its failure and probe
+   * series are removed: a server gone from the config must not read as down, or as failing, forever.
+   */
+  releaseServer(server: string): void {
+    const errors = this.servers.get(server)
+    if (errors === undefined || --errors.users > 0) return
+    this.servers.delete(server)
+    for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.remove({ kind, server })
+    if (this.probeGauges !== null) for (const gauge of Object.values(this.probeGauges)) gauge.remove({ server })
+  }
+
+  /** One upstream failure (upstream/failures.ts) of `server` (null: the one `upstream:`): off the hot path, once per failed request. */
+  upstreamError(kind: UpstreamErrorKind, server: string | null = null): void {
+    const errors = this.servers.get(server)
+    if (errors !== undefined) errors.counters[kind].inc()
+    else this.upstreamErrors.inc(server === null ? { kind } : { kind, server })
   }
 
   /**

@@ -38,15 +38,19 @@ export function openUpstream(
   trustedProxies: readonly string[],
   metrics: UpstreamMetrics,
   log: Logger,
-  /** The server's name (`servers:`), labelling its probe's series; null for the one `upstream:`. */
+  /** The server's name (`servers:`), labelling its failure and probe series; null for the one `upstream:`. */
   server: string | null = null,
 ): UpstreamFeature {
+  metrics.forServer(server)
   const upstream = new Upstream(
     config,
     trustedProxies,
-    upstreamFailureReporter((kind) => metrics.upstreamError(kind), log, config.url),
+    upstreamFailureReporter((kind) => metrics.upstreamError(kind, server), log, config.url),
   )
-  const closers: Closer[] = [() => upstream.destroy()]
+  // Closers run last to first: a named server's series go after its probe and pool have stopped, so
+  // nothing sets them again. The one `upstream:` keeps its series to the end of the process.
+  const closers: Closer[] = server === null ? [] : [() => metrics.releaseServer(server)]
+  closers.push(() => upstream.destroy())
   const readiness: ReadinessCheck[] = []
   let firstProbe = Promise.resolve()
   let stopProbe = (): Promise<void> => Promise.resolve()

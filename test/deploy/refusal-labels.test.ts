@@ -202,6 +202,26 @@ describe('labelledNames and labelValue', () => {
     expect(names.tools).toEqual(['a'])
   })
 
+  test('with servers:, a budget.tools key <server>/<tool> labels the tool by its own name; with upstream: a key is kept whole', () => {
+    const tree = (extra: Record<string, unknown>) => ({
+      listen: '127.0.0.1:0',
+      auth: { mode: 'header' },
+      audit: { output: 'stdout' },
+      ...extra,
+    })
+    const servers = configFrom(
+      tree({
+        servers: { docs: { url: 'http://127.0.0.1:3001/mcp' }, tickets: { url: 'http://127.0.0.1:3002/mcp' } },
+        budget: { tools: { 'docs/search': { cost: 1 }, 'tickets/search': { cost: 1 }, 'tickets/open': { cost: 1 } } },
+      }),
+    )
+    expect(labelledNames(servers.budget, null).tools).toEqual(['search', 'open'])
+    const upstream = configFrom(
+      tree({ upstream: 'http://127.0.0.1:3001', budget: { tools: { 'docs/search': { cost: 1 }, plain: { cost: 1 } } } }),
+    )
+    expect(labelledNames(upstream.budget, null).tools).toEqual(['docs/search', 'plain'])
+  })
+
   test('no configured name can take the value of another or of other/none', () => {
     const names = ['other', 'none', 'configured:other', 'configured:configured:other', 'acme', 'configured:']
     const values = names.map(labelValue)

@@ -9,7 +9,7 @@ import { UPSTREAM_ERROR_KINDS } from '../../src/upstream/failures'
 import { UpstreamMetrics } from '../../src/upstream/metrics'
 import { MCP_HEADERS, as, startHarness, tempDir, toolCall } from '../helpers/harness'
 import { waitFor } from '../helpers/wait'
-import { findPromtool, firingAlerts, samples } from './obs-promtool'
+import { findPromtool, firingAlerts, firingAlertsByServer, samples } from './obs-promtool'
 
 /**
  * Red team (obs): deploy/prometheus/alerts.yml evaluated by Prometheus's own promtool over timelines
@@ -49,6 +49,8 @@ interface Replica {
 function replica(dir: string, ready: { ok: boolean }): Replica {
   const registry = metricsRegistry()
   const m = { registry, audit: new AuditMetrics(registry), budget: new BudgetMetrics(registry), upstream: new UpstreamMetrics(registry) }
+  // As openUpstream does for the one `upstream:`: its failure series exist (at 0) from the start.
+  m.upstream.forServer(null)
   new ServerMetrics(registry).observeReadiness(() => Promise.resolve(ready.ok))
   m.audit.observeAuditSpill(SINK, [join(dir, 'spill.jsonl'), join(dir, 'spill.jsonl.replaying')])
   m.audit.auditQueueLimit.labels(SINK).set(100_000)
@@ -202,6 +204,55 @@ alertTest(
     const outage = fired(await timeline(m, 15, (minute) => probe(result(minute < 5 || minute >= 10))))
     expect(outage.get('WardlineUpstreamDown')).toEqual([6, 7, 8, 9])
     expect([...outage.keys()]).toEqual(['WardlineUpstreamDown'])
+  },
+)
+
+alertTest(
+  'with servers:, a server that stays down fires WardlineUpstreamDown, WardlineUpstreamUnreachable and WardlineUpstreamErrors for that server alone; removed by a reload, it stops firing',
+  async () => {
+    const m = replica(tempDir(), { ok: true })
+    // As openRoute does for two servers: each its own failure, probe and request series.
+    const docs = m.audit.forServer('docs')
+    const tickets = m.audit.forServer('tickets')
+    m.upstream.forServer('docs')
+    m.upstream.forServer('tickets')
+    const probeDocs = m.upstream.upstreamProbeListener('docs')
+    const probeTickets = m.upstream.upstreamProbeListener('tickets')
+    const result = (up: boolean) => ({
+      up,
+      status: up ? 406 : 0,
+      cause: up ? null : 'connection refused',
+      durationSeconds: 0.001,
+      at: Date.now(),
+    })
+    const scrapes = await timeline(m, 20, (minute) => {
+      const docsDown = minute >= 5
+      if (minute === 17) {
+        // A reload removed docs: its route closed, and with it its series.
+        m.audit.releaseServer('docs')
+        m.upstream.releaseServer('docs')
+      }
+      if (minute < 17) probeDocs(result(!docsDown))
+      probeTickets(result(true))
+      for (let i = 0; i < 10; i++) {
+        tickets.recordRequest('allow', 0.01)
+        if (minute >= 17) continue
+        docs.recordRequest(docsDown ? 'error' : 'allow', 0.01)
+        if (docsDown) m.upstream.upstreamError('unreachable', 'docs')
+      }
+    })
+    const alerts = firingAlertsByServer(promtool, scrapes)
+    const servers = (name: string): string[] => [...new Set((alerts.get(name) ?? []).map((at) => at.split('@')[0]))]
+    // The other server's callers never page anyone, and neither does the replica as a whole.
+    expect([...alerts.keys()].sort()).toEqual(['WardlineUpstreamDown', 'WardlineUpstreamErrors', 'WardlineUpstreamUnreachable'])
+    for (const name of alerts.keys()) expect(`${name}: ${servers(name).join(',')}`).toBe(`${name}: docs`)
+    expect(alerts.get('WardlineUpstreamDown')?.[0]).toBe('docs@6')
+    expect(alerts.get('WardlineUpstreamUnreachable')?.[0]).toBe('docs@7')
+    // Its series gone at minute 17, the probe alert ends there; the error alerts once their range no longer holds any.
+    expect(alerts.get('WardlineUpstreamDown')?.at(-1)).toBe('docs@16')
+    expect(scrapes[17].has('wardline_upstream_up{server="docs"}')).toBe(false)
+    expect(scrapes[17].get('wardline_upstream_up{server="tickets"}')).toBe(1)
+    expect(Number(alerts.get('WardlineUpstreamUnreachable')?.at(-1)?.split('@')[1])).toBeLessThan(19)
   },
 )
 

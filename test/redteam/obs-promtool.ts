@@ -70,6 +70,52 @@ export function firingAlerts(
   scrapes: readonly (Map<string, number> | null)[],
   rulesFile = ALERTS_FILE,
 ): Map<string, number[]> {
+  const output = promtoolOutput(promtool, scrapes, rulesFile)
+  const fired = new Map<string, number[]>()
+  for (const [name, minute] of firedAt(output)) {
+    const list = fired.get(name) ?? []
+    list.push(minute)
+    fired.set(name, list)
+  }
+  for (const list of fired.values()) list.sort((a, b) => a - b)
+  return fired
+}
+
+/** `alertname: X, time: 6m, exp:[], got:[0: …]` blocks of promtool's output: each alert that fired, at which minute, with its text. */
+function* firedAt(output: string): Generator<[name: string, minute: number, got: string]> {
+  const heads = [...output.matchAll(/alertname: (\w+), time: (?:(\d+)h)?(?:(\d+)m)?(?:\d+s)?, \s*exp:\[\], \s*got:\[\s*0:/g)]
+  for (let i = 0; i < heads.length; i++) {
+    const m = heads[i]
+    const end = i + 1 < heads.length ? heads[i + 1].index : output.length
+    yield [m[1], Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0), output.slice(m.index, end)]
+  }
+}
+
+/**
+ * firingAlerts by server: alertname → `<server>@<minute>` for each alert that fired (`-` for an alert
+ * without a server label), sorted; so a test sees which server an alert named, not only that it fired.
+ */
+export function firingAlertsByServer(
+  promtool: string,
+  scrapes: readonly (Map<string, number> | null)[],
+  rulesFile = ALERTS_FILE,
+): Map<string, string[]> {
+  const output = promtoolOutput(promtool, scrapes, rulesFile)
+  const fired = new Map<string, string[]>()
+  for (const [name, minute, got] of firedAt(output)) {
+    const list = fired.get(name) ?? []
+    for (const labels of got.matchAll(/Labels:\{([^}]*)\}/g)) {
+      const server = /\bserver="([^"]*)"/.exec(labels[1])?.[1] ?? '-'
+      list.push(`${server}@${minute}`)
+    }
+    fired.set(name, list)
+  }
+  for (const list of fired.values()) list.sort((a, b) => Number(a.split('@')[1]) - Number(b.split('@')[1]) || a.localeCompare(b))
+  return fired
+}
+
+/** promtool's report on alerts.yml over the scrapes, every alert expected never to fire (see firingAlerts). */
+function promtoolOutput(promtool: string, scrapes: readonly (Map<string, number> | null)[], rulesFile: string): string {
   const keys = new Set<string>()
   for (const s of scrapes) for (const k of s?.keys() ?? []) keys.add(k)
   const target = 'job="wardline",instance="r1"'
@@ -78,7 +124,11 @@ export function firingAlerts(
     const labels = k.slice(brace + 1, -1)
     return {
       series: `${k.slice(0, brace)}{${labels === '' ? target : `${labels},${target}`}}`,
-      values: scrapes.map((s) => (s?.has(k) === true ? String(s.get(k)) : '_')).join(' '),
+      // A series that leaves a scrape still answered is marked stale, as Prometheus marks it: it ends
+      // there, rather than lingering for the 5 minutes a missed sample would.
+      values: scrapes
+        .map((s, i) => (s?.has(k) === true ? String(s.get(k)) : s !== null && i > 0 && scrapes[i - 1]?.has(k) === true ? 'stale' : '_'))
+        .join(' '),
     }
   })
   series.push({ series: `up{${target}}`, values: scrapes.map((s) => (s === null ? '0' : '1')).join(' ') })
@@ -101,12 +151,5 @@ export function firingAlerts(
     output = `${e.stdout ?? ''}${e.stderr ?? ''}`
     if (!output.includes('FAILED:')) throw new Error(`promtool failed (${e.status}): ${output}`, { cause: err })
   }
-  const fired = new Map<string, number[]>()
-  for (const m of output.matchAll(/alertname: (\w+), time: (?:(\d+)h)?(?:(\d+)m)?(?:\d+s)?, \s*exp:\[\], \s*got:\[\s*0:/g)) {
-    const list = fired.get(m[1]) ?? []
-    list.push(Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0))
-    fired.set(m[1], list)
-  }
-  for (const list of fired.values()) list.sort((a, b) => a - b)
-  return fired
+  return output
 }

@@ -72,9 +72,10 @@ interface Rig {
 async function rig(): Promise<Rig> {
   const upstream = await startExampleServer({ mode: 'stateless-json' })
   const metrics = new AuditMetrics()
-  // A metric that throws: counted per forwarded call, after the entries are built.
-  const count = metrics.countForwardedCall.bind(metrics)
-  metrics.countForwardedCall = (name, outcome, seconds) => {
+  // A metric that throws: counted per forwarded call, after the entries are built (in the unlabelled
+  // series: the one `upstream:` has no server name).
+  const count = metrics.unlabelled.countForwardedCall.bind(metrics.unlabelled)
+  metrics.unlabelled.countForwardedCall = (name, outcome, seconds) => {
     if (name === 'boom-metric') throw new Error('metric exploded')
     count(name, outcome, seconds)
   }
@@ -175,7 +176,7 @@ describe('the shipped gateway (harness)', () => {
   test('a metric that throws for one call: that call is audited once as internal, the others as usual', async () => {
     const h = await startHarness({ mode: 'stateless-json' })
     try {
-      const metrics = h.gateway.metrics.audit
+      const metrics = h.gateway.metrics.audit.unlabelled
       const record = metrics.recordRequest.bind(metrics)
       let calls = 0
       metrics.recordRequest = (decision, seconds) => {
