@@ -132,8 +132,9 @@ describe('reloading the map of servers', () => {
     expect(h.gateway.reload(reloaded(h, { servers: { docs: serversOf(h).docs } }))).toEqual([])
     expect(await post(h, '/mcp/gone')).toBe(404)
     expect(await post(h, '/mcp/docs', INITIALIZE)).toBe(200)
-    // Its probe's series go with it rather than report its last result for ever.
-    expect(await h.gateway.metrics.registry.metrics()).not.toMatch(/server="gone"/)
+    // Its probe's series go with it rather than report its last result for ever; its request series
+    // stay while a request of its own (the stream) still runs.
+    expect(await h.gateway.metrics.registry.metrics()).not.toMatch(/wardline_upstream_up\{server="gone"\}/)
 
     // The stream opened before the reload still carries what its server sends, on the old settings.
     gone.push('after the reload')
@@ -146,6 +147,10 @@ describe('reloading the map of servers', () => {
 
     stream.res.destroy()
     await waitFor(async () => (await gone.connections()) === 0, { what: "the removed server's connections to close" })
+    // Closed: none of its series is left.
+    await waitFor(async () => !/server="gone"/.test(await h.gateway.metrics.registry.metrics()), {
+      what: "the removed server's series to go",
+    })
     // The stream's one audit entry, written when it ended.
     const entries = await h.audit()
     expect(entries.filter((e) => e.method === 'GET' && e.status === 200)).toHaveLength(1)
