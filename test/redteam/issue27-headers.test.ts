@@ -30,7 +30,7 @@ describe('red team: per-server headers', () => {
   beforeAll(async () => {
     docs = await startExampleServer({ mode: 'stateful' })
     // An upstream that redirects every request to docs: the gateway must pass the 307 on, never follow it.
-    redirector = createServer((req, res) => res.writeHead(307, { location: `${docs.url}/mcp` }).end())
+    redirector = createServer((_req, res) => res.writeHead(307, { location: `${docs.url}/mcp` }).end())
     await new Promise<void>((r) => redirector.listen(0, '127.0.0.1', r))
     const closed = createServer()
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r))
