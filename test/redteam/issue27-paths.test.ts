@@ -95,5 +95,19 @@ describe('red team: paths that name no server', () => {
     const reply = await send(h.url, 'POST', MCP_HEADERS, body, '/mcp/nope')
     expect(reply.status).toBe(401)
     expect(seen()).toBe(before)
+    const entries = (await h.audit()).filter((e) => e.request_id === reply.headers['x-wardline-request-id'])
+    expect(entries).toHaveLength(1)
+  })
+
+  test.each([
+    ['not JSON', '{'],
+    ['over max_body_bytes', JSON.stringify({ ...rpc('tools/list'), pad: 'x'.repeat(11 * 1024 * 1024) })],
+  ])('an unknown server with a body %s: refused once, reaches no server', async (_label, text) => {
+    const before = seen()
+    const reply = await send(h.url, 'POST', { ...MCP_HEADERS, ...as('alice') }, text, '/mcp/nope')
+    expect([404, 413]).toContain(reply.status)
+    expect(seen()).toBe(before)
+    const entries = (await h.audit()).filter((e) => e.request_id === reply.headers['x-wardline-request-id'])
+    expect(entries).toHaveLength(1)
   })
 })

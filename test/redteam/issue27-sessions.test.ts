@@ -75,4 +75,17 @@ describe('red team: sessions across servers', () => {
     expect((await call('/mcp/b', 'mallory', sid)).status).toBe(404)
     expect(shared.seen.length).toBe(before)
   })
+
+  test("a stranger can neither end (DELETE) nor listen to (GET) the owner's session through the other name", async () => {
+    const sid = await open('/mcp/a', 'alice')
+    const before = shared.seen.length
+    const headers = { ...MCP_HEADERS, ...as('mallory'), 'mcp-session-id': sid, 'mcp-protocol-version': '2025-06-18' }
+    expect((await send(`${h.url}/mcp/b`, 'DELETE', headers)).status).toBe(404)
+    const controller = new AbortController()
+    const listen = await fetch(`${h.url}/mcp/b`, { headers: { ...headers, accept: 'text/event-stream' }, signal: controller.signal })
+    expect(listen.status).toBe(404)
+    controller.abort()
+    expect(shared.seen.length).toBe(before)
+    expect((await call('/mcp/a', 'alice', sid)).status).toBe(200)
+  })
 })
