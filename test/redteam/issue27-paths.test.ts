@@ -46,6 +46,8 @@ describe('red team: paths that name no server', () => {
     '/mcp/tickets/',
     '/MCP/docs',
     '/mcp/',
+    '/sse',
+    '/messages?sessionId=x',
     // Long paths, under Node's 16 KiB header limit (above it Node answers 431 before any stage).
     `/mcp/${'d'.repeat(8000)}`,
     `/mcp/docs/${'a/'.repeat(3000)}`,
@@ -81,6 +83,17 @@ describe('red team: paths that name no server', () => {
     expect(await rawStatus(Number(port), text)).toBe(404)
     expect(seen()).toBe(before)
     expect(await count()).toBe(audited + 1)
+  })
+
+  test('an asterisk-form target (OPTIONS *) reaches no server', async () => {
+    const port = Number(new URL(h.url).port)
+    const before = Object.values(h.upstreams).reduce((n, u) => n + u.seen.length, 0)
+    const status = await rawStatus(
+      port,
+      `OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nX-Wardline-Identity: alice\r\nX-Wardline-Tenant: acme\r\nConnection: close\r\n\r\n`,
+    )
+    expect([400, 404, 405]).toContain(status)
+    expect(Object.values(h.upstreams).reduce((n, u) => n + u.seen.length, 0)).toBe(before)
   })
 
   test('a Host naming a server changes nothing: the path alone routes', async () => {
