@@ -42,10 +42,12 @@ export function serverTarget(url: string): ServerTarget | null {
 }
 
 /** The path, below the server's origin, a request for `target` is sent to; null when the server has no such path. */
-function upstreamPath(route: OpenRoute, target: ServerTarget): string | null {
+function upstreamPath(route: OpenRoute, target: ServerTarget, method: string | undefined): string | null {
   if (target.rest === '') return route.endpoint + target.query
-  // Only a legacy server has paths below its name: the message endpoint its event stream announced.
-  if (!route.legacy || !MESSAGE_PATH.test(target.rest)) return null
+  // Only a legacy server has paths below its name: the message endpoint its event stream announced,
+  // which takes POSTs alone. Any other method there would carry the server's headers to whatever
+  // else its origin serves (a second stream, a DELETE) under a path no endpoint event named.
+  if (!route.legacy || method !== 'POST' || !MESSAGE_PATH.test(target.rest)) return null
   return target.rest + target.query
 }
 
@@ -144,7 +146,7 @@ export class Router implements Dispatch, Contribution {
     if (target !== null) {
       const route = target.name === null ? this.defaultRoute : this.byName.get(target.name)
       if (route !== undefined && route !== null) {
-        const path = upstreamPath(route, target)
+        const path = upstreamPath(route, target, req.method)
         if (path !== null) return route.feature.gateway.handle(req, res, path)
       }
     }
