@@ -148,7 +148,7 @@ describe('reloading the map of servers', () => {
     stream.res.destroy()
     await waitFor(async () => (await gone.connections()) === 0, { what: "the removed server's connections to close" })
     // Closed: none of its series is left.
-    await waitFor(async () => !/server="gone"/.test(await h.gateway.metrics.registry.metrics()), {
+    await waitFor(async () => !/server="gone"/.test(await h!.gateway.metrics.registry.metrics()), {
       what: "the removed server's series to go",
     })
     // The stream's one audit entry, written when it ended.
