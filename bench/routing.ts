@@ -63,7 +63,7 @@ function stages(): Record<string, unknown> {
 function serversJob(upstreamUrl: string, count: number): ServerJob {
   const servers: Record<string, { url: string }> = {}
   for (let i = 1; i <= count; i++) servers[nameOf(i)] = { url: `${upstreamUrl}/mcp` }
-  return { kind: 'gateway', upstreamUrl, tree: { ...stages(), upstream: null, servers } }
+  return { kind: 'gateway', upstreamUrl, tree: { ...stages(), servers } }
 }
 
 interface Target {

@@ -57,14 +57,15 @@ async function startUpstream(): Promise<StartedServer> {
 
 /**
  * Header auth, audit to a temp JSONL file (removed on stop), log_level error; `tree` is merged over
- * those defaults (a top-level key replaces the default one).
+ * those defaults (a top-level key replaces the default one). A tree naming `servers` has no `upstream`
+ * (the two never go together).
  */
 async function startGatewayFromTree(upstreamUrl: string, tree: Record<string, unknown>): Promise<StartedServer> {
   const dir = mkdtempSync(join(tmpdir(), 'wardline-bench-'))
   const config = parseConfig(
     yaml.dump({
       listen: '127.0.0.1:0',
-      upstream: upstreamUrl,
+      ...('servers' in tree ? {} : { upstream: upstreamUrl }),
       auth: { mode: 'header' },
       audit: { output: join(dir, 'audit.jsonl') },
       log_level: 'error',
