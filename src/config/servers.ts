@@ -2,7 +2,7 @@ import { checkUrl } from './auth'
 import { readHealthCheck } from './health-check'
 import { type Node, type Reader, join } from './reader'
 import { readBlock, readKey, readLeaf } from './read-node'
-import { CONFIG_SPEC, SERVER, SERVER_NAME, entryOf } from './spec'
+import { CONFIG_SPEC, MESSAGE_PATH, SERVER, SERVER_NAME, entryOf } from './spec'
 import type { HealthCheckConfig, ServerConfig, UpstreamConfig } from './types'
 
 const HEADER_VALUE = entryOf(SERVER.properties.headers)
@@ -134,6 +134,7 @@ function readServers(r: Reader, value: unknown, at: string, defaults: Omit<Upstr
       url,
       transport: readKey(r, SERVER, o, 'transport', path),
       headers: readHeaders(r, o.headers, join(path, 'headers')),
+      messagePath: readMessagePath(r, o, path),
       timeoutSeconds: readKey(r, SERVER, o, 'timeout_seconds', path, defaults.timeoutSeconds),
       connections: readKey(r, SERVER, o, 'connections', path, defaults.connections),
       healthCheck,
@@ -174,4 +175,16 @@ function readHeaders(r: Reader, value: unknown, at: string): Record<string, stri
     else out[lower] = text.trim()
   }
   return out
+}
+
+/** `message_path`: a plain absolute path, only for a legacy server. */
+function readMessagePath(r: Reader, o: Node, path: string): string | null {
+  const value = readKey(r, SERVER, o, 'message_path', path) as string | null
+  if (value === null) return null
+  const at = join(path, 'message_path')
+  if (o.transport !== 'sse') r.note(at, 'is only used with transport: sse (a Streamable HTTP server has one endpoint, its url)')
+  else if (!MESSAGE_PATH.test(value)) {
+    r.note(at, 'must be a plain absolute path such as /messages (no query, no empty or dot segment, no percent-encoding)')
+  }
+  return value
 }

@@ -219,6 +219,13 @@ export const HEALTH_CHECK = block(
 /** A server's name: the path segment after /mcp/, lower-case so that one name has one spelling. */
 export const SERVER_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/
 
+/**
+ * A path below a legacy (`sse`) server's name: the message endpoint its stream named, relative to the
+ * server's origin. Plain segments only: no empty, `.` or `..` segment, no percent-encoding, nothing a
+ * server could decode into another path.
+ */
+export const MESSAGE_PATH = /^(?:\/[A-Za-z0-9\-_~!$&'()*+,;=:@]+(?:\.[A-Za-z0-9\-_~!$&'()*+,;=:@]*)*)+\/?$/
+
 /** One entry of `servers:`: an MCP server reached at /mcp/<name>. */
 export const SERVER = block(
   {
@@ -234,6 +241,10 @@ export const SERVER = block(
     headers: named(str({ secret: true, description: 'A header value, not empty; ${VAR} reads it from the environment.' }), {
       description:
         "Sent on every request to this server, replacing a client-sent header of the same name (the server's own credentials). Values are never logged.",
+    }),
+    message_path: str({
+      description:
+        "transport: sse only: the path on the server's origin its endpoint event names (/messages); set, POSTs below /mcp/<name> reach that path alone and a stream naming another is ended. Unset: any plain path.",
     }),
     timeout_seconds: num(0, 3600, {
       exclusiveMin: true,

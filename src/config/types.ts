@@ -137,6 +137,11 @@ export interface ServerConfig extends UpstreamConfig {
    * lower-case). Values are secrets: never logged, audited, reported or diffed.
    */
   readonly headers: Readonly<Record<string, string>>
+  /**
+   * `transport: sse`: the one path on the server's origin its messages are POSTed to (its endpoint
+   * event names it); null: any plain path below /mcp/<name> is sent to the origin.
+   */
+  readonly messagePath: string | null
 }
 
 /** Methods a health probe may send: safe ones only (RFC 9110 §9.2.1), so a probe never changes the upstream. */

@@ -18,6 +18,7 @@ export function configWarnings(config: Config): string[] {
   for (const server of config.servers) {
     const warning = serverUrlWarning(server.name, server.url, server.transport)
     if (warning !== null) warnings.push(warning)
+    if (server.transport === 'sse' && server.messagePath === null) warnings.push(messagePathWarning(server.name))
   }
   warnings.push(
     ...policyServerWarnings(
@@ -73,5 +74,18 @@ export function upstreamPathWarning(url: string): string | null {
     `upstream ${url} ends with ${clientPath}, the path clients call: the gateway appends each request's path to the upstream's, ` +
     `so a call to <gateway>${clientPath} goes to ${url}${clientPath} and gets 404; write upstream: ${base} ` +
     `(keep it only if clients call the gateway at / itself)`
+  )
+}
+
+/**
+ * A legacy server's messages are POSTed to a path below /mcp/<name> that its stream names; without
+ * `message_path` the router sends a POST at any plain path there to the server's origin, with the
+ * server's headers. Allowed (the caller is still authenticated, judged, counted and audited), but the
+ * credential then reaches more of that origin than its MCP endpoint.
+ */
+export function messagePathWarning(name: string): string {
+  return (
+    `servers.${name} (transport: sse) has no message_path: a POST at any path below /mcp/${name}/ is sent to that path on the server's origin, ` +
+    `with its headers; set servers.${name}.message_path to the path its endpoint event names (/messages for the TypeScript SDK, /messages/ for the Python SDK)`
   )
 }

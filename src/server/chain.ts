@@ -165,7 +165,7 @@ export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteS
 function legacyEndpoint(route: RouteConfig): Stage[] {
   const upstream = route.upstream
   if (route.server === null || !('transport' in upstream) || upstream.transport !== 'sse') return []
-  return [legacyEndpointStage(route.server, upstream.url)]
+  return [legacyEndpointStage(route.server, upstream.url, upstream.messagePath)]
 }
 
 /**

@@ -18,17 +18,20 @@ import { MESSAGE_PATH, SERVERS_PATH } from './router'
  * percent-encoding, dot segments) must not reach the client: the stream is ended as the upstream's
  * failure (AnswerRefused), audited `upstream.failed` with why.
  *
+ * With `message_path` set, an endpoint naming another path is refused the same way: the router sends
+ * POSTs to that path alone.
+ *
  * Only in the chains of `sse` routes: a streamable route's streams, and `upstream:`, where every path
  * is forwarded as it is, pass untouched.
  */
-export function legacyEndpointStage(server: string, serverUrl: string): Stage {
+export function legacyEndpointStage(server: string, serverUrl: string, messagePath: string | null = null): Stage {
   const base = new URL(serverUrl)
   const prefix = `${SERVERS_PATH}/${server}`
   return {
     name: 'legacy-endpoint',
     answers: { methods: [], reads: 'messages', streams: true },
     run: () => CONTINUE,
-    onMessage: (_ex, data) => routedEndpoint(data, base, prefix),
+    onMessage: (_ex, data) => routedEndpoint(data, base, prefix, messagePath),
   }
 }
 
@@ -38,7 +41,7 @@ export function legacyEndpointStage(server: string, serverUrl: string): Stage {
  * the client would resolve it, as the same path and query below `prefix`. Throws AnswerRefused when
  * that URL cannot be reached through the gateway.
  */
-export function routedEndpoint(data: string, server: URL, prefix: string): string {
+export function routedEndpoint(data: string, server: URL, prefix: string, messagePath: string | null = null): string {
   if (data === '' || isJsonMessage(data)) return data
   let url: URL
   try {
@@ -55,6 +58,11 @@ export function routedEndpoint(data: string, server: URL, prefix: string): strin
     throw new AnswerRefused(
       `the endpoint event names the path ${shown(url.pathname)}, which the gateway does not route (an empty or dot segment, or percent-encoding)`,
     )
+  }
+  // With message_path the router takes POSTs at that path alone: a stream naming another would leave
+  // its client with a URL that answers 404.
+  if (messagePath !== null && url.pathname !== messagePath) {
+    throw new AnswerRefused(`the endpoint event names the path ${shown(url.pathname)}, not the server's message_path ${shown(messagePath)}`)
   }
   // The fragment is the client's own (never sent): dropped, as fetch drops it.
   return prefix + url.pathname + url.search

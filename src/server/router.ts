@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AuditTrail } from '../audit/trail'
+import { MESSAGE_PATH } from '../config/spec'
 import type { Closer, Contribution } from '../feature'
 import { describeError } from '../errors'
 import type { Logger } from '../log'
@@ -13,12 +14,7 @@ import type { RouteFeature } from './route'
 /** Where every server is reached: `/mcp/<name>`, and `/mcp` for `default_server`. */
 export const SERVERS_PATH = '/mcp'
 
-/**
- * A path below a legacy (`sse`) server's name: the message endpoint its stream named, relative to the
- * server's origin. Plain segments only: no empty, `.` or `..` segment, no percent-encoding, nothing a
- * server could decode into another path.
- */
-export const MESSAGE_PATH = /^(?:\/[A-Za-z0-9\-_~!$&'()*+,;=:@]+(?:\.[A-Za-z0-9\-_~!$&'()*+,;=:@]*)*)+\/?$/
+export { MESSAGE_PATH }
 
 /** What a request path names, or null when it names no server at all. */
 export interface ServerTarget {
@@ -48,6 +44,8 @@ function upstreamPath(route: OpenRoute, target: ServerTarget, method: string | u
   // which takes POSTs alone. Any other method there would carry the server's headers to whatever
   // else its origin serves (a second stream, a DELETE) under a path no endpoint event named.
   if (!route.legacy || method !== 'POST' || !MESSAGE_PATH.test(target.rest)) return null
+  // message_path pins the one path: the server's headers reach nothing else on its origin.
+  if (route.messagePath !== null && target.rest !== route.messagePath) return null
   return target.rest + target.query
 }
 
@@ -57,6 +55,8 @@ interface OpenRoute {
   readonly endpoint: string
   /** `transport: sse`: its message endpoint is a path below its name. */
   readonly legacy: boolean
+  /** `message_path`: the only path below its name; null: any plain path. */
+  readonly messagePath: string | null
 }
 
 const UNKNOWN_SERVER: Refusal = {
@@ -195,7 +195,8 @@ export class Router implements Dispatch, Contribution {
         const feature = this.openOne(config)
         opened.push(feature)
         const legacy = 'transport' in config.upstream && config.upstream.transport === 'sse'
-        next.set(name, { feature, endpoint: new URL(config.upstream.url).pathname, legacy })
+        const messagePath = 'messagePath' in config.upstream ? config.upstream.messagePath : null
+        next.set(name, { feature, endpoint: new URL(config.upstream.url).pathname, legacy, messagePath })
       }
     } catch (err) {
       for (const feature of opened) void closeRoute(feature, this.deps.log)

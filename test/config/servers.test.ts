@@ -309,9 +309,10 @@ describe('warnings', () => {
         bare: { url: 'http://127.0.0.1:3001' },
         slash: { url: 'http://127.0.0.1:3002/' },
         sse: { url: 'http://127.0.0.1:3003/sse' },
-        legacy: { url: 'http://127.0.0.1:3004', transport: 'sse' },
+        legacy: { url: 'http://127.0.0.1:3004', transport: 'sse', message_path: '/messages' },
         fine: { url: DOCS },
-        fine_sse: { url: 'http://127.0.0.1:3005/sse', transport: 'sse' },
+        fine_sse: { url: 'http://127.0.0.1:3005/sse', transport: 'sse', message_path: '/messages' },
+        open_sse: { url: 'http://127.0.0.1:3006/sse', transport: 'sse' },
       }),
     )
     const warnings = configWarnings(config)
@@ -322,6 +323,24 @@ describe('warnings', () => {
       ),
       expect.stringMatching(/^servers\.sse\.url .* ends with \/sse.* write transport: sse/),
       expect.stringMatching(/^servers\.legacy\.url .* has no path: .* write url: http:\/\/127\.0\.0\.1:3004\/sse /),
+      expect.stringMatching(/^servers\.open_sse \(transport: sse\) has no message_path: .* set servers\.open_sse\.message_path /),
+    ])
+  })
+
+  test('message_path: only with transport sse, and a plain absolute path', () => {
+    expect(
+      problems(
+        withServers({
+          a: { url: DOCS, message_path: '/messages' },
+          b: { url: 'http://127.0.0.1:3005/sse', transport: 'sse', message_path: 'messages' },
+          c: { url: 'http://127.0.0.1:3005/sse', transport: 'sse', message_path: '/a/../b' },
+          d: { url: 'http://127.0.0.1:3005/sse', transport: 'sse', message_path: '/messages/' },
+        }),
+      ),
+    ).toEqual([
+      expect.stringMatching(/^servers\.a\.message_path: is only used with transport: sse/),
+      expect.stringMatching(/^servers\.b\.message_path: must be a plain absolute path/),
+      expect.stringMatching(/^servers\.c\.message_path: must be a plain absolute path/),
     ])
   })
 
