@@ -24,6 +24,9 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT'])
 /** Codes meaning no connection could be made at all. */
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT'])
 
+/** An upstream's settings: the one `upstream:`, or a server of `servers:` with its own headers. */
+export type UpstreamTarget = UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> }
+
 /**
  * The terminal stage. Responses stream straight to the client chunk by chunk, with backpressure both
  * ways; a client that leaves aborts the upstream request.
@@ -50,7 +53,7 @@ export class Upstream {
    * `onFailure` hears each request the upstream failed, once (metrics and a rate-limited warning).
    */
   constructor(
-    config: UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> },
+    config: UpstreamTarget,
     trustedProxies: readonly string[] = [],
     private readonly onFailure: UpstreamFailureListener = () => undefined,
   ) {

@@ -54,7 +54,7 @@ export class UpstreamMetrics extends FeatureMetrics {
     if (errors === undefined || --errors.users > 0) return
     this.servers.delete(server)
     for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.remove({ kind, server })
-    if (this.probeGauges !== null) for (const gauge of Object.values(this.probeGauges)) gauge.remove({ server })
+    this.forgetServer(server)
   }
 
   /** One upstream failure (upstream/failures.ts) of `server` (null: the one `upstream:`): off the hot path, once per failed request. */
@@ -97,7 +97,10 @@ export class UpstreamMetrics extends FeatureMetrics {
     }
   }
 
-  /** A server a reload removed: its probe series go, rather than report its last result for ever. */
+  /**
+   * A server a reload removed: its probe series go at once (its probe stopped with the reload), rather
+   * than report its last result for ever; its failure series go when its last route closes (releaseServer).
+   */
   forgetServer(server: string): void {
     const gauges = this.probeGauges
     if (gauges === null) return

@@ -1,10 +1,9 @@
-import type { UpstreamConfig } from '../config/types'
 import type { Closer, Contribution } from '../feature'
 import type { Logger } from '../log'
 import type { UpstreamMetrics } from './metrics'
 import type { ReadinessCheck } from '../readiness'
 import { upstreamFailureReporter } from './failures'
-import { Upstream } from './forward'
+import { Upstream, type UpstreamTarget } from './forward'
 import { UpstreamProbe } from './probe'
 
 /** One upstream server: its connection pool and, with upstream_health_check, its probe. */
@@ -17,24 +16,23 @@ export interface UpstreamFeature extends Contribution {
 }
 
 /**
- * Opens one upstream. `trustedProxies` is the listener's (http.trusted_proxies): whose X-Forwarded-*
- * chain is extended rather than replaced on the way there. The probe's first run starts now, while the
- * rest is wired; awaiting `firstProbe` before listening makes the first /readyz already know.
+ * A server's own headers (its credentials) go with its probe too, as with every request to it, but
+ * only to the server's own origin: a `health_check.url` elsewhere never receives them.
  */
-/**
- * A server's own headers (its credentials) go with its probe too, so that a server that refuses a call
- * without them is not taken for up on its 401, but only to the server's own origin: a
- * `health_check.url` elsewhere never receives them.
- */
-function probeHeaders(config: UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> }): string[] {
+function probeHeaders(config: UpstreamTarget): string[] {
   const headers = config.headers ?? {}
   const target = config.healthCheck?.url ?? config.url
   if (Object.keys(headers).length === 0 || new URL(target).origin !== new URL(config.url).origin) return []
   return Object.entries(headers).flat()
 }
 
+/**
+ * Opens one upstream. `trustedProxies` is the listener's (http.trusted_proxies): whose X-Forwarded-*
+ * chain is extended rather than replaced on the way there. The probe's first run starts now, while the
+ * rest is wired; awaiting `firstProbe` before listening makes the first /readyz already know.
+ */
 export function openUpstream(
-  config: UpstreamConfig & { readonly headers?: Readonly<Record<string, string>> },
+  config: UpstreamTarget,
   trustedProxies: readonly string[],
   metrics: UpstreamMetrics,
   log: Logger,
