@@ -254,13 +254,8 @@ export class ServerSeries {
     if (!Number.isFinite(seconds)) return
     if (this.durationCounts[i]++ === 0) this.durationSeen.push(i)
     this.durationSums[i] += seconds
-    const bounds = DURATION_BUCKETS
-    for (let b = 0; b < bounds.length; b++) {
-      if (seconds <= bounds[b]) {
-        this.durationBuckets[i * bounds.length + b]++
-        return
-      }
-    }
+    const b = durationBucket(seconds)
+    if (b >= 0) this.durationBuckets[i * DURATION_BUCKETS.length + b]++
   }
 
   /** One audit entry written, under its own decision; a refusal also by its tenant and tool (`''`: none). */
@@ -283,13 +278,8 @@ export class ServerSeries {
     const at = this.forwarded.offset(target)
     values[at + outcome]++
     values[at + FORWARDED_SUM] += seconds
-    const bounds = DURATION_BUCKETS
-    for (let b = 0; b < bounds.length; b++) {
-      if (seconds <= bounds[b]) {
-        values[at + CALL_OUTCOMES.length + b]++
-        return
-      }
-    }
+    const b = durationBucket(seconds)
+    if (b >= 0) values[at + CALL_OUTCOMES.length + b]++
   }
 }
 
@@ -402,6 +392,13 @@ class NameRows {
     this.names = ['', '', ...names]
     this.values = values
   }
+}
+
+/** The first bucket of DURATION_BUCKETS that holds `seconds` (its bound is not below it); -1 past the last (+Inf). */
+function durationBucket(seconds: number): number {
+  const bounds = DURATION_BUCKETS
+  for (let b = 0; b < bounds.length; b++) if (seconds <= bounds[b]) return b
+  return -1
 }
 
 /** A forwarded-calls row of ServerSeries: a count per outcome, a count per bucket, the sum of the seconds. */
