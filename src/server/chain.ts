@@ -61,7 +61,6 @@ export interface SharedStages {
   readonly auditReservation: Stage
   /** Each route's budget stage, counted in the one store; null while features.budget_enforcement is off. */
   readonly budget: ((config: BudgetConfig) => Stage) | null
-  readonly log: Logger
   /**
    * A reload's servers: a longer timeout than any so far raises what a legacy POST may owe its stream.
    * Never lowered: a removed server's streams run on until they end.
@@ -99,7 +98,6 @@ export function sharedStages(
     mcpHeaders: mcpHeadersStage(),
     auditReservation: audit.reservation,
     budget: budget === null ? null : (cfg) => budget.stage(cfg),
-    log,
     noteTimeouts: (next) => {
       longest = Math.max(longest, longestTimeoutSeconds(next))
     },
@@ -129,7 +127,7 @@ export function routeStages(): RouteStages {
  */
 export function buildChain(route: RouteConfig, shared: SharedStages, own: RouteStages): Stage[] {
   const budget = shared.budget === null ? [] : [shared.budget(route.budget)]
-  const policy = policyStages(route.policy, route.server, shared.log, own.policies)
+  const policy = policyStages(route.policy, route.server, own.policies)
   return [
     // Host and Origin first: a DNS-rebinding page gets nothing, not even a 401 challenge.
     shared.http,
@@ -169,21 +167,21 @@ function legacyEndpoint(route: RouteConfig): Stage[] {
 }
 
 /**
- * The policy stage (its verdict is answered after the budget stage) and the list filter. No policy: no
- * stage, and a notice that nothing is gated. A policy that allows everything hides nothing: no filter.
+ * Says, once per startup and per reload (not once per route), what policy the chains judge by: no
+ * policy is a warning that nothing is gated.
  */
-function policyStages(policy: PolicyConfig | null, server: string | null, log: Logger, policies: ListFilterState): Stage[] {
+export function logPolicy(policy: PolicyConfig | null, log: Logger): void {
+  if (policy === null) log.warn('no policy configured (policy or policy_file): every tool, resource and prompt call is allowed')
+  else log.info('policy loaded', { source: policy.source, rules: policy.rules.length, default: policy.default })
+}
+
+/**
+ * The policy stage (its verdict is answered after the budget stage) and the list filter. No policy: no
+ * stage. A policy that allows everything hides nothing: no filter.
+ */
+function policyStages(policy: PolicyConfig | null, server: string | null, policies: ListFilterState): Stage[] {
   policies.current = null
-  if (policy === null) {
-    log.warn('no policy configured (policy or policy_file): every tool, resource and prompt call is allowed')
-    return []
-  }
-  log.info('policy loaded', {
-    source: policy.source,
-    rules: policy.rules.length,
-    default: policy.default,
-    ...(server === null ? {} : { server }),
-  })
+  if (policy === null) return []
   // Compiled for this route's server: the policy stage and the list filter of a route judge its
   // server's calls and lists by the rules that cover it, and never read another's.
   const compiled = compilePolicy(policy, server)

@@ -21,7 +21,7 @@ import { UpstreamMetrics } from '../upstream/metrics'
 import { ServerMetrics } from './metrics'
 import { readTlsFiles } from '../net/tls'
 import { openPostgres, postgresStorageOn } from '../postgres/open'
-import { type RouteConfig, routesOf, sharedStages } from './chain'
+import { type RouteConfig, logPolicy, routesOf, sharedStages } from './chain'
 import { Lifecycle, type LifecycleParts } from './lifecycle'
 import { MetricsListener } from './metrics-listener'
 import { Reloader } from './reload'
@@ -190,6 +190,7 @@ async function wire(
   // Refusals by tenant and tool are labelled with the names the config gives (reloads replace them).
   metrics.audit.nameLabels(labelledNames(config.budget, config.policy))
   const shared = sharedStages(config, { auth, audit, budget }, metrics, log, options.sessionClock)
+  logPolicy(config.policy, log)
   // One route per server: the one `upstream:` (every path forwarded to it, as it always was), or a
   // router in front of the servers `servers:` names. Each probe's first run goes on while the rest is wired.
   const open = (route: RouteConfig): RouteFeature => openRoute(route, config, shared, audit.trail, metrics.upstream, log)
@@ -211,6 +212,8 @@ async function wire(
     swap: (current) => {
       if (single !== null) single.reload(routesOf(current)[0])
       else router?.reload(routesOf(current), current.defaultServer)
+      // Once the routes took it (a server that cannot be opened rejects the reload before this).
+      logPolicy(current.policy, log)
       shared.noteTimeouts(current)
       metrics.audit.nameLabels(labelledNames(current.budget, current.policy))
     },
