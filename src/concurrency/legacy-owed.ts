@@ -148,11 +148,13 @@ export class LegacyOwed {
 }
 
 /**
- * What a legacy session is tracked under: its id, after the routed server's name when there is one.
- * Each server makes its own ids: one server's stream must never settle (or owe) another server's POSTs.
+ * What a legacy session is tracked under: its id, after the scope of the routed server's sessions
+ * when there is one (Exchange.sessionScope, its upstream's origin), as session bindings are: one
+ * server's stream never settles (or owes) another server's POSTs, and two names in front of one
+ * upstream share its streams.
  */
 function streamKey(ex: Exchange, sessionId: string): string {
-  return ex.server === null ? sessionId : `${ex.server}/${sessionId}`
+  return ex.sessionScope === null ? sessionId : `${ex.sessionScope}/${sessionId}`
 }
 
 /**

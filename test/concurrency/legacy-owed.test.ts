@@ -6,6 +6,8 @@ import { Exchange, type RpcCall } from '../../src/pipeline/exchange'
 function exchange(server: string | null, method: 'GET' | 'POST', url: string): Exchange {
   const ex = new Exchange({ method, url, headers: {} } as never, {} as never, 'r', 0, 0)
   ex.server = server
+  // Each server here has an origin of its own (route.ts: the scope of a server's sessions).
+  ex.sessionScope = server === null ? null : `origin-of-${server}`
   if (method === 'POST') {
     ex.calls = [{ id: 1, method: 'tools/call', target: 'echo' } as RpcCall]
     ex.forwarded = true
