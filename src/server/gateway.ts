@@ -56,7 +56,6 @@ export class Gateway implements Dispatch {
   private readonly running = new LinkedList<Exchange>()
   /** The chain new requests run through; a reload swaps it whole. */
   private chain: Chain
-  private readonly series: ServerSeries | undefined
 
   /** Requests not yet audited; shutdown waits for this to reach 0. */
   get inFlight(): number {
@@ -98,10 +97,9 @@ export class Gateway implements Dispatch {
     /** Whose session ids its requests present: its upstream's origin (Exchange.sessionScope); null with `upstream:` alone. */
     private readonly sessionScope: string | null = null,
     /** The request metrics its requests count in (the server's, taken once per route); the unlabelled ones by default. */
-    series?: ServerSeries,
+    private readonly series?: ServerSeries,
   ) {
     this.chain = chainOf(stages, toolRefusals)
-    this.series = series
   }
 
   /** Swaps the stage chain (a config reload); requests already running keep the chain they started with. */
