@@ -7,7 +7,7 @@ export interface SessionOwner {
 interface Binding extends SessionOwner {
   /** The canonical id (sessionKey): its key in its server's map. */
   readonly key: string
-  /** The server whose answer created it (`servers:` name); null with `upstream:` alone. */
+  /** The scope of the server whose answer created it (Exchange.sessionScope: its upstream's origin); null with `upstream:` alone. */
   readonly server: string | null
   /** ownerKey(tenant, identity). */
   readonly owner: string
@@ -41,8 +41,9 @@ export type Eviction = 'full' | 'identity_full'
  * successful DELETE, and least recently used first when a cap is reached.
  *
  * Each server makes its own ids, and two may make the same one: bindings are held per server (the
- * routed server's name; null with `upstream:` alone), so an id one server issued says nothing about
- * the same id at another, neither who owns it nor that it is shared. One map per server, not one map
+ * routed server's session scope, its upstream's origin, so that two names in front of one upstream
+ * share them; null with `upstream:` alone), so an id one server issued says nothing about the same id
+ * at another, neither who owns it nor that it is shared. One map per server, not one map
  * of `server + id` keys: a lookup then builds no string (a request per session pays for it).
  *
  * Recency is kept by re-inserting a binding into its insertion-ordered server map and owner set when
